@@ -1,0 +1,112 @@
+// The persistent cubin store: one SQLite file per cache directory.
+//
+// Note [Store]: WAL, synchronous=NORMAL, a busy timeout, and `BEGIN IMMEDIATE` write
+// transactions. A row holds the binary, a checksum over key, kind, binary and lowered names
+// (verified on every read: a mismatch is a miss that is recompiled and replaced), and what made
+// it. Hit counts and last-used times are kept in memory and written with the next write or at
+// `flush()`, so a hit costs no write. The store never throws on a cache problem: it warns once and
+// behaves as a miss (reads) or keeps the result in memory only (writes).
+#pragma once
+
+#include <kjit/cache.hpp>
+
+#include "cache/sqlite.hpp"
+#include "runtime/util/file_lock.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kjit::detail {
+
+inline constexpr int k_store_schema_version = 1;
+inline constexpr std::uint64_t k_default_max_size = 2ULL << 30;
+
+struct StoredBinary {
+  std::string kind;          // "cubin" or "ptx"
+  std::string arch;          // "sm_90"
+  std::string name;          // program name
+  std::string nvrtc_version; // "13.0"
+  std::int64_t driver_version = 0;
+  std::string options; // canonical, space separated
+  std::vector<std::pair<std::string, std::string>> lowered_names;
+  std::string blob;
+  double compile_ms = 0;
+  std::string log;
+};
+
+// The default cache directory: `$KJIT_CACHE_DIR`, else `$XDG_CACHE_HOME/kjit`, else
+// `$HOME/.cache/kjit`.
+std::filesystem::path default_cache_dir();
+
+// The database file in `dir`.
+std::filesystem::path store_file(const std::filesystem::path& dir);
+
+class SqliteStore {
+public:
+  enum class Lookup { hit, miss, corrupt };
+
+  // Opens (creating) the store in `dir`. Returns nullptr, after one warning, when no store can be
+  // used there: compiling then goes on without one.
+  // With `read_only`, the store is never written even where it could be.
+  static std::unique_ptr<SqliteStore> open(const std::filesystem::path& dir, std::uint64_t max_size,
+                                           bool read_only = false);
+  ~SqliteStore();
+  SqliteStore(const SqliteStore&) = delete;
+  SqliteStore& operator=(const SqliteStore&) = delete;
+
+  // Looks `key` up. A hit fills `out` and counts a store hit. A miss or a corrupt row (checksum
+  // mismatch) is not counted here: the caller counts it once (`count_miss()`, `count_corrupt()`)
+  // after looking again under the key's lock, since another process may store the key meanwhile.
+  // Never throws.
+  Lookup get(const std::string& key, StoredBinary& out);
+
+  // Stores `value` under `key` (replacing a corrupt row when `replace`) and counts the compile.
+  // Evicts least recently used rows above the size limit. Never throws.
+  void put(const std::string& key, const StoredBinary& value, bool replace);
+
+  void count_miss() noexcept;
+  // Counts (and reports, once) a row of `key` that failed its checksum.
+  void count_corrupt(const std::string& key) noexcept;
+  void count_memory(std::uint64_t hits, std::uint64_t misses) noexcept;
+
+  // Serializes compiles of `id` across processes (and across stores of this process): blocks
+  // until held. An empty guard when the store cannot lock (read-only).
+  LockGuard lock_key(std::uint64_t id) const;
+
+  // Writes pending counters and hit metadata. Never throws.
+  void flush() noexcept;
+
+  CacheStats stats() const;
+  std::vector<CacheEntryInfo> entries() const;
+  bool read_only() const noexcept { return m_read_only; }
+  const std::filesystem::path& path() const noexcept { return m_path; }
+
+private:
+  SqliteStore(std::filesystem::path path, Database db, bool read_only, std::uint64_t max_size);
+  void prepare();
+  void write_pending(); // inside a write transaction; m_mutex held
+  void evict(const std::string& keep);
+  void warn_write_failure(const SqliteFailure& failure);
+
+  std::filesystem::path m_path;
+  Database m_db;
+  bool m_read_only;
+  std::uint64_t m_max_size;
+  std::unique_ptr<LockFile> m_locks;
+
+  mutable std::mutex m_mutex; // guards everything below and every use of m_db
+  Statement m_get;
+  bool m_writes_failed = false;
+  bool m_warned_read_only = false;
+  CacheStats m_pending; // counter deltas not yet written
+  std::map<std::string, std::pair<std::uint64_t, std::int64_t>> m_pending_hits; // hits, last ms
+};
+
+} // namespace kjit::detail

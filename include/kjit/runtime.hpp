@@ -1,0 +1,112 @@
+// The kjit runtime: compile, cache, load and launch CUDA kernels at run time.
+//
+// **Example**
+//
+//   #include <kjit/kjit.hpp>
+//
+//   kjit::Runtime runtime;  // default cache, driver loaded at first need
+//   auto program = kjit::Program::from_file("img2gray.cu");
+//   kjit::Kernel k = runtime.kernel(program, "img2gray_kernel");  // compiled or fetched once
+//   k.launch({kjit::cdiv(w, 32), kjit::cdiv(h, 8)}, {32, 8}, 0, nullptr, in, out, w, h);
+//
+//   // No GPU needed: compile for a named arch into the cache (pre-warming).
+//   kjit::Binary cubin = runtime.compile(program, kjit::Target{kjit::Arch::parse("sm_90")});
+#pragma once
+
+#include <kjit/arch.hpp>
+#include <kjit/cache.hpp>
+#include <kjit/kernel.hpp>
+#include <kjit/program.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kjit {
+
+// A compiled program: a cubin or PTX, and the lowered names of its name expressions.
+struct Binary {
+  Target target;
+  std::string data;                                               // the cubin or PTX
+  std::vector<std::pair<std::string, std::string>> lowered_names; // expression -> mangled name
+  std::string log;                                                // NVRTC's log (warnings)
+  double compile_ms = 0;                                          // time of the NVRTC compile
+  std::string key;                                                // the cache key, 32 hex digits
+};
+
+// How a `Runtime` is set up. Each field left empty takes the environment's or the default value.
+struct RuntimeOptions {
+  // The cache directory: else `$KJIT_CACHE_DIR`, else `$XDG_CACHE_HOME/kjit`, else
+  // `~/.cache/kjit`.
+  std::optional<std::filesystem::path> cache_dir;
+  // Use no store (memory only): else `KJIT_DISABLE_CACHE=1`.
+  std::optional<bool> disable_cache;
+  // Open the store read-only even where it could be written (a store baked into an image):
+  // kernels found there are used, kernels compiled stay in memory.
+  bool cache_read_only = false;
+  // The store's size limit in bytes: else `KJIT_CACHE_MAX_SIZE` ("2G", "500M", bytes), else 2 GiB.
+  std::optional<std::uint64_t> max_cache_size;
+  // The arch to compile kernels for instead of the device's.
+  std::optional<Arch> arch;
+  // The driver version that enters cache keys when no driver is loaded (pre-warming for a fleet):
+  // default the NVRTC's CUDA version (e.g. 13000). With a driver, its version is used.
+  std::optional<int> driver_version;
+};
+
+// Owns a cache, an in-process memo of compiled and loaded programs, and the lazily loaded driver.
+// Thread-safe: threads asking for a kernel that is being compiled wait for that compile. Processes
+// sharing a cache directory compile each kernel once between them.
+class Runtime {
+public:
+  Runtime();
+  explicit Runtime(RuntimeOptions options);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // The kernel `name` (an `extern "C"` entry name or one of the program's name expressions) of
+  // `program`, compiled for the current device (the calling thread's context, else device 0) or
+  // the arch given in the options, fetched from the cache when it is there, and loaded. Throws
+  // `CompileError`, `DriverError` (no driver, or the load failed) or `LaunchError` (no such
+  // kernel).
+  Kernel kernel(const Program& program, std::string_view name);
+
+  // Compiles `program` for `target` through the memo and the cache, loading nothing: needs no GPU
+  // and no driver. Throws `CompileError`.
+  Binary compile(const Program& program, const Target& target);
+
+  // The target kernels are compiled for: from the options' arch, else the current device's arch
+  // (see `target_for_device`). Throws `DriverError` when neither exists.
+  Target default_target();
+
+  // The cache key of `program` for `target`, 32 hex digits.
+  std::string key(const Program& program, const Target& target);
+
+  // The driver version that enters cache keys (see `RuntimeOptions::driver_version`).
+  int driver_version();
+
+  // This process's counters (memo and store tiers, compiles).
+  CacheStats stats() const;
+
+  // The persistent cache.
+  Cache& cache() noexcept;
+
+  const RuntimeOptions& options() const noexcept;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+// The NVRTC version, e.g. {13, 0}.
+std::pair<int, int> nvrtc_version();
+
+// The kjit version, e.g. "0.1.0".
+std::string_view version() noexcept;
+
+} // namespace kjit

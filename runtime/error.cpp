@@ -1,0 +1,41 @@
+#include <kjit/error.hpp>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace kjit {
+namespace {
+
+// The log in `what()` is cut so that a huge template error stays readable; `log()` keeps it all.
+constexpr std::size_t k_max_log_in_message = 8192;
+
+std::string compile_message(const std::string& result_name, const std::string& log,
+                            const std::vector<std::string>& options,
+                            const std::string& program_name, const std::string& arch) {
+  std::string message = fmt::format("cannot compile '{}' for {}: {} (options: {})", program_name,
+                                    arch, result_name, fmt::join(options, " "));
+  if (!log.empty()) {
+    message += "\n";
+    if (log.size() > k_max_log_in_message) {
+      message += log.substr(0, k_max_log_in_message);
+      message += fmt::format("\n[... {} more bytes of log]", log.size() - k_max_log_in_message);
+    } else {
+      message += log;
+    }
+  }
+  return message;
+}
+
+} // namespace
+
+DriverError::DriverError(const std::string& message, int code, std::string code_name)
+  : Error(message), m_code(code), m_code_name(std::move(code_name)) {}
+
+CompileError::CompileError(std::string result_name, std::string log,
+                           std::vector<std::string> options, std::string program_name,
+                           std::string arch)
+  : Error(compile_message(result_name, log, options, program_name, arch)),
+    m_result_name(std::move(result_name)), m_log(std::move(log)), m_options(std::move(options)),
+    m_program_name(std::move(program_name)), m_arch(std::move(arch)) {}
+
+} // namespace kjit

@@ -1,0 +1,353 @@
+#include <kjit/error.hpp>
+#include <kjit/runtime.hpp>
+
+#include "cache/cache_key.hpp"
+#include "cache/sqlite_store.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/library.hpp"
+#include "runtime/logging.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/util/env.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <array>
+#include <atomic>
+#include <future>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#ifndef KJIT_VERSION
+#  define KJIT_VERSION "0.0.0"
+#endif
+
+namespace kjit {
+namespace {
+
+struct DigestHash {
+  std::size_t operator()(const detail::Digest& d) const noexcept {
+    return static_cast<std::size_t>(d[1]);
+  }
+};
+
+// A program compiled for one target, and its library once loaded.
+struct Compiled {
+  Binary binary;
+  std::once_flag load_once;
+  std::shared_ptr<detail::Library> library;
+};
+
+constexpr int k_max_devices = 64;
+
+std::uint64_t resolve_max_size(const RuntimeOptions& options) {
+  if (options.max_cache_size) {
+    return *options.max_cache_size;
+  }
+  if (auto text = detail::getenv_nonempty("KJIT_CACHE_MAX_SIZE")) {
+    if (auto size = detail::parse_size(*text)) {
+      return *size;
+    }
+    detail::log(LogLevel::warning,
+                "ignoring KJIT_CACHE_MAX_SIZE='{}': not a size like '2G' or "
+                "'500M'; using 2 GiB",
+                *text);
+  }
+  return detail::k_default_max_size;
+}
+
+std::unique_ptr<detail::SqliteStore> open_store(const RuntimeOptions& options) {
+  const bool disabled =
+    options.disable_cache.value_or(false) || detail::env_flag("KJIT_DISABLE_CACHE");
+  if (disabled) {
+    return nullptr;
+  }
+  return detail::SqliteStore::open(options.cache_dir.value_or(detail::default_cache_dir()),
+                                   resolve_max_size(options), options.cache_read_only);
+}
+
+// The in-memory headers for NVRTC: one per include name; a name that stands for two different
+// files is left to NVRTC's own search of the include dirs.
+std::vector<std::pair<std::string, std::string>> nvrtc_headers(const Program& program) {
+  std::map<std::string, const std::string*> by_name;
+  std::vector<std::string> ambiguous;
+  for (const auto& header : program.headers()) {
+    auto [it, inserted] = by_name.emplace(header.include_name, &header.content);
+    if (!inserted && *it->second != header.content) {
+      ambiguous.push_back(header.include_name);
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> headers;
+  for (const auto& [name, content] : by_name) {
+    if (std::find(ambiguous.begin(), ambiguous.end(), name) == ambiguous.end()) {
+      headers.emplace_back(name, *content);
+    }
+  }
+  return headers;
+}
+
+} // namespace
+
+struct Runtime::Impl {
+  explicit Impl(RuntimeOptions o) : options(std::move(o)), cache(open_store(options)) {}
+
+  RuntimeOptions options;
+  Cache cache;
+
+  std::mutex memo_mutex;
+  std::unordered_map<detail::Digest, std::shared_future<std::shared_ptr<Compiled>>, DigestHash>
+    memo;
+
+  std::atomic<std::uint64_t> memory_hits{0};
+  std::atomic<std::uint64_t> memory_misses{0};
+  std::atomic<std::uint64_t> store_hits{0};
+  std::atomic<std::uint64_t> store_misses{0};
+  std::atomic<std::uint64_t> compiles{0};
+  std::atomic<std::uint64_t> corrupt{0};
+  std::atomic<double> compile_ms{0};
+  std::array<std::atomic<int>, k_max_devices> device_arch{}; // 0 = not asked yet
+
+  int driver_version() const {
+    if (detail::driver_loaded()) {
+      return detail::driver().version;
+    }
+    if (options.driver_version) {
+      return *options.driver_version;
+    }
+    const auto& api = detail::nvrtc();
+    return api.version_major * 1000 + api.version_minor * 10;
+  }
+
+  detail::Digest key(const Program& program, const Target& target) const {
+    const auto& api = detail::nvrtc();
+    return detail::cache_key(detail::KeyInputs{program.digest(), target, api.version_major,
+                                               api.version_minor, driver_version()});
+  }
+
+  std::shared_ptr<Compiled> obtain(const Program& program, const Target& target) {
+    const detail::Digest digest = key(program, target);
+    std::promise<std::shared_ptr<Compiled>> promise;
+    {
+      std::unique_lock lock(memo_mutex);
+      auto it = memo.find(digest);
+      if (it != memo.end()) {
+        auto future = it->second;
+        lock.unlock();
+        memory_hits.fetch_add(1, std::memory_order_relaxed);
+        return future.get(); // waits while another thread compiles it
+      }
+      memo.emplace(digest, promise.get_future().share());
+    }
+    memory_misses.fetch_add(1, std::memory_order_relaxed);
+    try {
+      auto compiled = fetch_or_compile(program, target, digest);
+      promise.set_value(compiled);
+      return compiled;
+    } catch (...) {
+      {
+        std::lock_guard lock(memo_mutex);
+        memo.erase(digest);
+      }
+      promise.set_exception(std::current_exception());
+      throw;
+    }
+  }
+
+  std::shared_ptr<Compiled> from_store(const detail::StoredBinary& stored, const Target& target,
+                                       const std::string& key_hex) {
+    store_hits.fetch_add(1, std::memory_order_relaxed);
+    auto compiled = std::make_shared<Compiled>();
+    compiled->binary =
+      Binary{target, stored.blob, stored.lowered_names, stored.log, stored.compile_ms, key_hex};
+    return compiled;
+  }
+
+  std::shared_ptr<Compiled> fetch_or_compile(const Program& program, const Target& target,
+                                             const detail::Digest& digest) {
+    const std::string key_hex = detail::to_hex(digest);
+    detail::SqliteStore* store = cache.store();
+    auto lookup = detail::SqliteStore::Lookup::miss;
+    detail::LockGuard guard;
+    detail::StoredBinary stored;
+    if (store != nullptr) {
+      using Lookup = detail::SqliteStore::Lookup;
+      lookup = store->get(key_hex, stored);
+      if (lookup != Lookup::hit) {
+        // Processes that miss together compile once: the first holds the key's lock while it
+        // compiles and stores; the others then find the entry.
+        guard = store->lock_key(digest[1]);
+        if (guard) {
+          const auto again = store->get(key_hex, stored);
+          lookup = again == Lookup::miss ? lookup : again;
+        }
+      }
+      if (lookup == Lookup::corrupt) {
+        store->count_corrupt(key_hex);
+        corrupt.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (lookup == Lookup::hit) {
+        return from_store(stored, target, key_hex);
+      }
+      store->count_miss();
+      store_misses.fetch_add(1, std::memory_order_relaxed);
+    }
+
+    detail::CompileRequest request;
+    request.name = program.name();
+    request.source = program.source();
+    request.headers = nvrtc_headers(program);
+    request.options = program.canonical_options();
+    for (const auto& dir : program.options().include_dirs) {
+      request.include_dirs.push_back(dir.string());
+    }
+    request.name_expressions = program.options().name_expressions;
+    request.target = target;
+    detail::CompileResult result = detail::nvrtc_compile(request);
+    compiles.fetch_add(1, std::memory_order_relaxed);
+    compile_ms.fetch_add(result.compile_ms, std::memory_order_relaxed);
+    detail::log(LogLevel::info, "compiled '{}' for {} in {:.1f} ms", program.name(), target.name(),
+                result.compile_ms);
+    if (!result.log.empty()) {
+      detail::log(LogLevel::debug, "NVRTC log of '{}':\n{}", program.name(), result.log);
+    }
+
+    auto compiled = std::make_shared<Compiled>();
+    compiled->binary = Binary{target,
+                              std::move(result.binary),
+                              std::move(result.lowered_names),
+                              std::move(result.log),
+                              result.compile_ms,
+                              key_hex};
+    if (store != nullptr) {
+      const auto& api = detail::nvrtc();
+      detail::StoredBinary value;
+      value.kind = std::string(to_string(target.kind));
+      value.arch = target.name();
+      value.name = program.name();
+      value.nvrtc_version = fmt::format("{}.{}", api.version_major, api.version_minor);
+      value.driver_version = driver_version();
+      value.options = fmt::format("{}", fmt::join(program.canonical_options(), " "));
+      value.lowered_names = compiled->binary.lowered_names;
+      value.blob = compiled->binary.data;
+      value.compile_ms = compiled->binary.compile_ms;
+      value.log = compiled->binary.log;
+      store->put(key_hex, value, lookup == detail::SqliteStore::Lookup::corrupt);
+    }
+    return compiled;
+  }
+
+  Target default_target() {
+    if (options.arch) {
+      return Target{*options.arch, OutputKind::cubin};
+    }
+    const detail::DriverApi& d = detail::driver();
+    CUcontext context = nullptr;
+    CUdevice device = 0;
+    if (d.cuCtxGetCurrent(&context) == CUDA_SUCCESS && context != nullptr) {
+      KJIT_CU_CHECK(d.cuCtxGetDevice(&device), "cannot get the device of the current context");
+    }
+    int number = device < k_max_devices ? device_arch[device].load(std::memory_order_relaxed) : 0;
+    if (number == 0) {
+      int count = 0;
+      KJIT_CU_CHECK(d.cuDeviceGetCount(&count), "cannot count CUDA devices");
+      if (count == 0) {
+        throw DriverError("no CUDA device found: name an arch (RuntimeOptions::arch) to compile "
+                          "without one",
+                          CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE");
+      }
+      int major = 0;
+      int minor = 0;
+      KJIT_CU_CHECK(
+        d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+        "cannot get the compute capability of device {}", device);
+      KJIT_CU_CHECK(
+        d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
+        "cannot get the compute capability of device {}", device);
+      number = 10 * major + minor;
+      if (device < k_max_devices) {
+        device_arch[device].store(number, std::memory_order_relaxed);
+      }
+    }
+    return target_for_device(Arch{number / 10, number % 10});
+  }
+};
+
+Runtime::Runtime() : Runtime(RuntimeOptions{}) {}
+
+Runtime::Runtime(RuntimeOptions options) : m_impl(std::make_unique<Impl>(std::move(options))) {}
+
+Runtime::~Runtime() {
+  if (detail::SqliteStore* store = m_impl->cache.store()) {
+    store->count_memory(m_impl->memory_hits.load(), m_impl->memory_misses.load());
+    store->flush();
+  }
+}
+
+Kernel Runtime::kernel(const Program& program, std::string_view name) {
+  const Target target = m_impl->default_target();
+  std::shared_ptr<Compiled> compiled = m_impl->obtain(program, target);
+  std::call_once(compiled->load_once, [&] {
+    std::string image = compiled->binary.data;
+    if (target.kind == OutputKind::ptx && (image.empty() || image.back() != '\0')) {
+      image.push_back('\0');
+    }
+    compiled->library = detail::Library::load(
+      image, fmt::format("'{}' ({}, key {})", program.name(), target.name(), compiled->binary.key));
+  });
+  std::string lowered(name);
+  for (const auto& [expression, mangled] : compiled->binary.lowered_names) {
+    if (expression == name) {
+      lowered = mangled;
+      break;
+    }
+  }
+  return Kernel(compiled->library->kernel(std::string(name), lowered));
+}
+
+Binary Runtime::compile(const Program& program, const Target& target) {
+  return m_impl->obtain(program, target)->binary;
+}
+
+Target Runtime::default_target() {
+  return m_impl->default_target();
+}
+
+std::string Runtime::key(const Program& program, const Target& target) {
+  return detail::to_hex(m_impl->key(program, target));
+}
+
+int Runtime::driver_version() {
+  return m_impl->driver_version();
+}
+
+CacheStats Runtime::stats() const {
+  CacheStats stats;
+  stats.memory_hits = m_impl->memory_hits.load();
+  stats.memory_misses = m_impl->memory_misses.load();
+  stats.store_hits = m_impl->store_hits.load();
+  stats.store_misses = m_impl->store_misses.load();
+  stats.compiles = m_impl->compiles.load();
+  stats.compile_ms = m_impl->compile_ms.load();
+  stats.corrupt = m_impl->corrupt.load();
+  return stats;
+}
+
+Cache& Runtime::cache() noexcept {
+  return m_impl->cache;
+}
+
+const RuntimeOptions& Runtime::options() const noexcept {
+  return m_impl->options;
+}
+
+std::pair<int, int> nvrtc_version() {
+  const auto& api = detail::nvrtc();
+  return {api.version_major, api.version_minor};
+}
+
+std::string_view version() noexcept {
+  return KJIT_VERSION;
+}
+
+} // namespace kjit

@@ -1,0 +1,130 @@
+#include <kjit/kjit.hpp>
+
+#include "runtime/library.hpp"
+#include "support/test_support.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <random>
+
+namespace {
+
+std::vector<unsigned char> random_bytes(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<unsigned char> bytes(n);
+  for (auto& b : bytes) {
+    b = static_cast<unsigned char>(byte(rng));
+  }
+  return bytes;
+}
+
+std::vector<unsigned char> img2gray_reference(const std::vector<unsigned char>& rgb) {
+  std::vector<unsigned char> gray(rgb.size() / 3);
+  for (std::size_t i = 0; i < gray.size(); ++i) {
+    gray[i] = static_cast<unsigned char>(
+      (77u * rgb[3 * i] + 150u * rgb[3 * i + 1] + 29u * rgb[3 * i + 2] + 128u) >> 8);
+  }
+  return gray;
+}
+
+std::string img2gray_path() {
+  return (kjit::test::source_dir() / "kernels_src/img2gray/img2gray.cu").string();
+}
+
+} // namespace
+
+TEST_CASE("img2gray on the GPU is byte-exact against the CPU reference", "[gpu]") {
+  kjit::test::TempDir dir;
+  kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = dir.path()});
+  const auto kernel = runtime.kernel(kjit::Program::from_file(img2gray_path()), "img2gray_kernel");
+  CHECK(kernel.param_count() == 4);
+  // Odd sizes, so edge blocks are partly outside the image.
+  for (auto [width, height] : {std::pair{1037, 719}, std::pair{1, 1}, std::pair{4096, 33}}) {
+    CAPTURE(width, height);
+    const auto rgb = random_bytes(std::size_t(width) * height * 3, width + height);
+    kjit::DeviceBuffer in(rgb.size());
+    kjit::DeviceBuffer out(rgb.size() / 3);
+    in.upload(rgb.data(), rgb.size());
+    out.fill(0xA5);
+    kernel.launch({kjit::cdiv(width, 32), kjit::cdiv(height, 8)}, {32, 8}, 0, nullptr, in.get(),
+                  out.get(), width, height);
+    kjit::synchronize();
+    std::vector<unsigned char> gray(out.size());
+    out.download(gray.data(), gray.size());
+    CHECK(gray == img2gray_reference(rgb));
+  }
+}
+
+TEST_CASE("a launch with a wrongly sized argument is refused by the real parameter layout",
+          "[gpu]") {
+  kjit::Runtime runtime(kjit::RuntimeOptions{.disable_cache = true});
+  const auto kernel = runtime.kernel(kjit::Program::from_file(img2gray_path()), "img2gray_kernel");
+  kjit::DeviceBuffer buffer(64);
+  CHECK_THROWS_WITH(
+    kernel.launch({1}, {1}, 0, nullptr, buffer.get(), buffer.get(), std::size_t{4}, 4),
+    Catch::Contains("parameter 2 is 4 bytes, but argument 2 is 8 bytes"));
+  CHECK_THROWS_WITH(kernel.launch({1}, {1}, 0, nullptr, buffer.get(), buffer.get(), 4),
+                    Catch::Contains("takes 4 arguments, 3 given"));
+}
+
+TEST_CASE("a second process gets the kernel from the store without NVRTC", "[gpu]") {
+  kjit::test::TempDir dir;
+  const std::vector<std::string> command{kjit::test::helper_path(), "kernel", dir.path().string(),
+                                         img2gray_path(), "img2gray_kernel"};
+  const auto first = kjit::test::run_process(command);
+  REQUIRE(first.exit_code == 0);
+  CHECK(first.values.at("compiles") == "1");
+  const auto second = kjit::test::run_process(command);
+  REQUIRE(second.exit_code == 0);
+  CHECK(second.values.at("compiles") == "0");
+  CHECK(second.values.at("store_hits") == "1");
+  CHECK(second.values.at("params") == "4");
+}
+
+TEST_CASE("a template kernel runs through its name expression", "[gpu]") {
+  kjit::Runtime runtime(kjit::RuntimeOptions{.disable_cache = true});
+  const kjit::Program program("scale.cu", R"(
+    template <typename T> __global__ void scale(T* x, T a, int n) {
+      int i = blockIdx.x * blockDim.x + threadIdx.x;
+      if (i < n) x[i] *= a;
+    })",
+                              {.name_expressions = {"scale<float>", "scale<double>"}});
+  const auto kernel = runtime.kernel(program, "scale<float>");
+  CHECK(kernel.lowered_name() == "_Z5scaleIfEvPT_S0_i");
+  const int n = 1000;
+  std::vector<float> x(n);
+  for (int i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(i) - 17.5f;
+  }
+  kjit::DeviceBuffer buffer(n * sizeof(float));
+  buffer.upload(x.data(), buffer.size());
+  kernel.launch({kjit::cdiv(n, 256)}, {256}, 0, nullptr, buffer.get(), 3.0f, n);
+  kjit::synchronize();
+  std::vector<float> y(n);
+  buffer.download(y.data(), buffer.size());
+  for (int i = 0; i < n; ++i) {
+    REQUIRE(y[i] == x[i] * 3.0f);
+  }
+  CHECK_THROWS_AS(kernel.launch({1}, {1}, 0, nullptr, buffer.get(), 3.0, n), kjit::LaunchError);
+}
+
+TEST_CASE("PTX for an older virtual arch loads and runs (the path for GPUs newer than NVRTC)",
+          "[gpu]") {
+  kjit::Runtime runtime(kjit::RuntimeOptions{.disable_cache = true});
+  const kjit::Program program("fill.cu",
+                              "extern \"C\" __global__ void fill(int* x, int v) { x[threadIdx.x] "
+                              "= v + threadIdx.x; }");
+  auto ptx = runtime.compile(program, kjit::Target{kjit::Arch{8, 0}, kjit::OutputKind::ptx}).data;
+  ptx.push_back('\0');
+  auto library = kjit::detail::Library::load(ptx, "fill.cu (compute_80)");
+  kjit::Kernel kernel(library->kernel("fill", "fill"));
+  kjit::DeviceBuffer buffer(32 * sizeof(int));
+  kernel.launch({1}, {32}, 0, nullptr, buffer.get(), 100);
+  kjit::synchronize();
+  std::vector<int> values(32);
+  buffer.download(values.data(), buffer.size());
+  for (int i = 0; i < 32; ++i) {
+    REQUIRE(values[i] == 100 + i);
+  }
+}

@@ -1,0 +1,81 @@
+// A second process for kjit's tests: compiles or loads a kernel with a given cache directory and
+// prints what happened as `name=value` lines.
+//
+//   kjit_test_helper compile DIR SOURCE ARCH [GO_FILE]  compile for ARCH (waits for GO_FILE first)
+//   kjit_test_helper kernel DIR SOURCE NAME             load NAME for the device
+//   kjit_test_helper key SOURCE ARCH                    print the cache key
+//   kjit_test_helper launch-without-driver SOURCE NAME  expect a DriverError (KJIT_CUDA_DRIVER)
+#include <kjit/kjit.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <thread>
+
+namespace {
+
+void print_stats(const kjit::CacheStats& s) {
+  std::cout << "memory_hits=" << s.memory_hits << "\nstore_hits=" << s.store_hits
+            << "\nstore_misses=" << s.store_misses << "\ncompiles=" << s.compiles
+            << "\ncorrupt=" << s.corrupt << "\n";
+}
+
+int run(int argc, char** argv) {
+  const std::string command = argc > 1 ? argv[1] : "";
+  if (command == "compile" && argc >= 5) {
+    if (argc >= 6) {
+      while (!std::filesystem::exists(argv[5])) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+    kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = argv[2]});
+    const auto binary =
+      runtime.compile(kjit::Program::from_file(argv[3]), kjit::Target{kjit::Arch::parse(argv[4])});
+    std::cout << "key=" << binary.key << "\nsize=" << binary.data.size() << "\n";
+    print_stats(runtime.stats());
+    return 0;
+  }
+  if (command == "kernel" && argc >= 5) {
+    kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = argv[2]});
+    const auto kernel = runtime.kernel(kjit::Program::from_file(argv[3]), argv[4]);
+    std::cout << "kernel=" << kernel.lowered_name() << "\nparams=" << kernel.param_count() << "\n";
+    print_stats(runtime.stats());
+    return 0;
+  }
+  if (command == "key" && argc >= 4) {
+    kjit::Runtime runtime(kjit::RuntimeOptions{.disable_cache = true});
+    std::cout << runtime.key(kjit::Program::from_file(argv[2]),
+                             kjit::Target{kjit::Arch::parse(argv[3])})
+              << "\n";
+    return 0;
+  }
+  if (command == "launch-without-driver" && argc >= 4) {
+    kjit::Runtime runtime(
+      kjit::RuntimeOptions{.disable_cache = true, .arch = kjit::Arch::parse("sm_90")});
+    const auto program = kjit::Program::from_file(argv[2]);
+    runtime.compile(program, kjit::Target{kjit::Arch::parse("sm_90")});
+    std::cout << "compiled=1\ndevices=" << kjit::device_count() << "\n";
+    try {
+      runtime.kernel(program, argv[3]);
+    } catch (const kjit::DriverError& e) {
+      std::cout << "error=" << e.what() << "\n";
+      return 0;
+    }
+    std::cout << "error=none\n";
+    return 1;
+  }
+  std::cerr << "usage: kjit_test_helper compile|kernel|key|launch-without-driver ...\n";
+  return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "kjit_test_helper: " << e.what() << "\n";
+    return 1;
+  }
+}
