@@ -16,7 +16,7 @@ option(KJIT_WERROR "Treat warnings as errors" OFF)
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   target_compile_options(kjit_warnings INTERFACE
     $<BUILD_INTERFACE:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
-      -Wcast-align -Wunused -Woverloaded-virtual -Wnull-dereference -Wdouble-promotion
+      -Wcast-align -Wunused -Woverloaded-virtual -Wdouble-promotion
       -Wformat=2 -Wimplicit-fallthrough
       -Wno-missing-field-initializers>
     $<$<BOOL:${KJIT_WERROR}>:$<BUILD_INTERFACE:-Werror>>)

@@ -38,4 +38,10 @@ CompileError::CompileError(std::string result_name, std::string log,
     m_result_name(std::move(result_name)), m_log(std::move(log)), m_options(std::move(options)),
     m_program_name(std::move(program_name)), m_arch(std::move(arch)) {}
 
+ManifestError::ManifestError(std::string file, std::string location, int line, int column,
+                             const std::string& message)
+  : Error(fmt::format("{}{}: {}{}: {}", file, line > 0 ? fmt::format(":{}", line) : "", location,
+                      column > 0 ? fmt::format(" (column {})", column) : "", message)),
+    m_file(std::move(file)), m_location(std::move(location)), m_line(line), m_column(column) {}
+
 } // namespace kjit

@@ -75,6 +75,11 @@ int Kernel::param_count() const {
   return m_record->params_known ? static_cast<int>(m_record->param_sizes.size()) : -1;
 }
 
+std::span<const std::size_t> Kernel::param_sizes() const {
+  KJIT_ASSERT(m_record);
+  return m_record->param_sizes;
+}
+
 void* Kernel::handle() const {
   KJIT_ASSERT(m_record);
   return m_record->handle;

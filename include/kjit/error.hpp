@@ -83,4 +83,27 @@ public:
   using Error::Error;
 };
 
+// A kernel package's manifest is wrong: `what()` names the file, the table and key, and where
+// known the line and the column inside an expression.
+class ManifestError : public Error {
+public:
+  ManifestError(std::string file, std::string location, int line, int column,
+                const std::string& message);
+
+  // The manifest file.
+  const std::string& file() const noexcept { return m_file; }
+  // The table and key, e.g. "op.img2gray.checks[1]".
+  const std::string& location() const noexcept { return m_location; }
+  // 1-based line in the file, or 0 when unknown.
+  int line() const noexcept { return m_line; }
+  // 1-based column inside the expression, or 0.
+  int column() const noexcept { return m_column; }
+
+private:
+  std::string m_file;
+  std::string m_location;
+  int m_line;
+  int m_column;
+};
+
 } // namespace kjit

@@ -56,6 +56,8 @@ public:
   const std::string& lowered_name() const;
   // The number of parameters, or -1 where the driver cannot tell (before CUDA 12.4).
   int param_count() const;
+  // The size in bytes of each parameter; empty where the driver cannot tell.
+  std::span<const std::size_t> param_sizes() const;
   // The `CUkernel` handle (context-independent), for use with driver calls.
   void* handle() const;
   explicit operator bool() const noexcept { return m_record != nullptr; }

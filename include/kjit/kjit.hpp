@@ -15,5 +15,6 @@
 #include <kjit/error.hpp>
 #include <kjit/kernel.hpp>
 #include <kjit/log.hpp>
+#include <kjit/package.hpp>
 #include <kjit/program.hpp>
 #include <kjit/runtime.hpp>

@@ -1,0 +1,111 @@
+// Kernel packages: a folder with a `kernel.toml` manifest and CUDA sources.
+//
+// **Example**
+//
+//   kjit::Package package = kjit::Package::load("kernels_src/img2gray");
+//   for (const auto& op : package.ops()) {
+//     std::cout << op.schema << "\n";          // "img2gray(Tensor image) -> Tensor"
+//   }
+//   for (const auto& item : package.warm_list()) {
+//     runtime.compile(item.program, kjit::Target{kjit::Arch::parse("sm_90")});
+//   }
+//
+// The manifest (see kernels_src/*/kernel.toml and ARCHITECTURE.md, "Kernel packages"):
+//
+//   [package]        name, version (semver), description
+//   [kernel.NAME]    source, entry ("f" or a template "f<{T}>"), options, include_dirs
+//   [op.NAME]        schema, kernel, checks, outputs, args, grid, block, shared_mem,
+//                    specialize ({T = "x.dtype"}), warm ({T = ["float16", ...]}), cpu, doc
+//
+// Every expression is parsed when the package loads; a mistake is a `ManifestError` naming the
+// file, the table and key, the line and the column.
+#pragma once
+
+#include <kjit/program.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kjit {
+
+namespace detail {
+struct OpSpec;
+} // namespace detail
+
+struct KernelDecl {
+  std::string name;
+  std::filesystem::path source; // absolute
+  std::string entry;            // may hold placeholders: "scale<{T}>"
+  std::vector<std::string> options;
+  std::vector<std::filesystem::path> include_dirs; // absolute
+};
+
+struct OutputDecl {
+  std::vector<std::string> shape;                       // size expressions, or empty with `like`
+  std::string like;                                     // a tensor argument whose shape to copy
+  std::vector<std::pair<std::int64_t, std::string>> dims; // with `like`: dims replaced
+  std::string dtype;                                    // a dtype expression; default like's
+};
+
+struct OpDecl {
+  std::string name;
+  std::string schema;
+  std::string kernel;
+  std::string doc;
+  std::vector<std::string> checks;
+  std::vector<OutputDecl> outputs;
+  std::vector<std::string> args;
+  std::vector<std::string> grid;
+  std::vector<std::string> block;
+  std::string shared_mem = "0";
+  std::vector<std::pair<std::string, std::string>> specialize;           // placeholder -> expr
+  std::vector<std::pair<std::string, std::vector<std::string>>> warm;   // placeholder -> values
+  std::string cpu; // a function of the package's __init__.py, or empty
+};
+
+// A program and kernel name to compile ahead of time.
+struct WarmItem {
+  std::string op;
+  Program program;
+  std::string kernel; // the name to ask the runtime for (a name expression for templates)
+};
+
+class Package {
+public:
+  // Loads `path` (a package folder or its kernel.toml). Throws `ManifestError`.
+  static Package load(const std::filesystem::path& path);
+
+  const std::string& name() const noexcept;
+  const std::string& version() const noexcept;
+  const std::string& description() const noexcept;
+  const std::filesystem::path& dir() const noexcept;
+  const std::filesystem::path& manifest() const noexcept;
+  const std::vector<KernelDecl>& kernels() const noexcept;
+  const std::vector<OpDecl>& ops() const noexcept;
+
+  const KernelDecl& kernel(std::string_view name) const;
+
+  // The program of kernel `kernel` with its entry specialized by `values` (placeholder ->
+  // C++ text, e.g. {"T", "__half"}), and the name to ask for. Throws `ManifestError` when a
+  // placeholder has no value.
+  std::pair<Program, std::string>
+  specialize(const KernelDecl& kernel,
+             const std::vector<std::pair<std::string, std::string>>& values) const;
+
+  // Every (op, specialization) the manifest asks to pre-warm: each op's `warm` values, or the one
+  // program of an op that has no placeholders.
+  std::vector<WarmItem> warm_list() const;
+
+  // Internal: the parsed specs of the ops, in `ops()` order.
+  const std::vector<std::shared_ptr<const detail::OpSpec>>& op_specs() const noexcept;
+
+private:
+  struct Impl;
+  std::shared_ptr<const Impl> m_impl;
+};
+
+} // namespace kjit

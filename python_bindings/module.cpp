@@ -1,0 +1,273 @@
+// kjit._C: the Python face of the runtime. Tensors never cross this boundary: ops are called
+// through torch.ops, and RawKernel takes data pointers, so the module links no torch_python.
+#include <kjit/kjit.hpp>
+
+#include "torch_ops.hpp"
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace py = pybind11;
+
+namespace {
+
+// Raises the Python class `name` of kjit._errors with `message` and `attributes`.
+void raise(const char* name, const char* message, const py::dict& attributes = {}) {
+  py::object cls = py::module_::import("kjit._errors").attr(name);
+  py::object error = cls(message);
+  for (const auto& [key, value] : attributes) {
+    py::setattr(error, key, value);
+  }
+  PyErr_SetObject(cls.ptr(), error.ptr());
+}
+
+void translate(std::exception_ptr p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const kjit::CompileError& e) {
+    py::dict a;
+    a["log"] = e.log();
+    a["options"] = e.options();
+    a["arch"] = e.arch();
+    a["program_name"] = e.program_name();
+    a["result_name"] = e.result_name();
+    raise("CompileError", e.what(), a);
+  } catch (const kjit::ManifestError& e) {
+    py::dict a;
+    a["file"] = e.file();
+    a["location"] = e.location();
+    a["line"] = e.line();
+    a["column"] = e.column();
+    raise("ManifestError", e.what(), a);
+  } catch (const kjit::LaunchError& e) {
+    raise("LaunchError", e.what());
+  } catch (const kjit::DriverError& e) {
+    py::dict a;
+    a["code"] = e.code();
+    a["code_name"] = e.code_name();
+    raise("DriverError", e.what(), a);
+  } catch (const kjit::CacheError& e) {
+    raise("CacheError", e.what());
+  } catch (const kjit::Error& e) {
+    raise("Error", e.what());
+  }
+}
+
+py::dict stats_dict(const kjit::CacheStats& s) {
+  py::dict d;
+  d["memory_hits"] = s.memory_hits;
+  d["memory_misses"] = s.memory_misses;
+  d["store_hits"] = s.store_hits;
+  d["store_misses"] = s.store_misses;
+  d["compiles"] = s.compiles;
+  d["compile_ms"] = s.compile_ms;
+  d["corrupt"] = s.corrupt;
+  d["evictions"] = s.evictions;
+  d["entries"] = s.entries;
+  d["size_bytes"] = s.size_bytes;
+  return d;
+}
+
+// Loads the package at `path`, registers its ops and describes them.
+py::dict load_package(const std::filesystem::path& path) {
+  kjit::Package package = kjit::Package::load(path);
+  std::vector<std::pair<std::string, std::string>> hidden;
+  {
+    py::gil_scoped_release release; // registration takes the dispatcher's locks
+    hidden = kjit::torch_layer::register_package(package);
+  }
+  py::dict info;
+  info["name"] = package.name();
+  info["version"] = package.version();
+  info["description"] = package.description();
+  info["dir"] = package.dir().string();
+  info["manifest"] = package.manifest().string();
+  py::list ops;
+  for (const auto& op : package.ops()) {
+    py::dict o;
+    o["name"] = op.name;
+    o["schema"] = op.schema;
+    o["doc"] = op.doc;
+    o["cpu"] = op.cpu;
+    o["hidden_cpu_op"] = op.cpu.empty() ? std::string() : "kjit_cpu_" + op.name;
+    ops.append(o);
+  }
+  info["ops"] = ops;
+  py::list warm;
+  for (const auto& item : package.warm_list()) {
+    warm.append(py::make_tuple(item.op, item.kernel));
+  }
+  info["warm"] = warm;
+  return info;
+}
+
+// A kernel from source, launched by hand with data pointers and scalars.
+class RawKernel {
+public:
+  RawKernel(std::string source, std::string name, std::vector<std::string> options,
+            std::vector<std::filesystem::path> include_dirs, std::vector<std::string> expressions)
+    : m_program(name + ".cu", std::move(source),
+                kjit::CompileOptions{std::move(options), std::move(include_dirs),
+                                     std::move(expressions)}),
+      m_name(std::move(name)) {}
+
+  // Compiles (or fetches) for the current device and returns the parameter sizes.
+  std::vector<std::size_t> prepare() {
+    const kjit::Kernel k = kernel();
+    return {k.param_sizes().begin(), k.param_sizes().end()};
+  }
+
+  // `kinds[i]` is 'p' (pointer), 'i' (integer), 'f' (float) or 'b' (bool); `values[i]` its value.
+  void launch(std::vector<unsigned> grid, std::vector<unsigned> block, const std::string& kinds,
+              const std::vector<py::object>& values, std::uintptr_t stream,
+              std::size_t shared_mem) {
+    if (grid.empty() || grid.size() > 3 || block.empty() || block.size() > 3) {
+      throw kjit::LaunchError("grid and block take 1 to 3 dimensions");
+    }
+    const kjit::Kernel k = kernel();
+    const auto params = k.param_sizes();
+    if (!params.empty() && params.size() != kinds.size()) {
+      throw kjit::LaunchError(fmt::format("kernel '{}' takes {} arguments, {} given", m_name,
+                                          params.size(), kinds.size()));
+    }
+    std::vector<std::uint64_t> slots(kinds.size());
+    std::vector<void*> pointers(kinds.size());
+    std::vector<std::size_t> sizes(kinds.size());
+    for (std::size_t i = 0; i < kinds.size(); ++i) {
+      const std::size_t want = params.empty() ? 0 : params[i];
+      auto mismatch = [&](const char* what) {
+        return kjit::LaunchError(fmt::format("kernel '{}': parameter {} is {} bytes, which does "
+                                             "not fit a {} argument",
+                                             m_name, i, want, what));
+      };
+      switch (kinds[i]) {
+      case 'p': {
+        if (want != 0 && want != 8) {
+          throw mismatch("tensor (pointer)");
+        }
+        slots[i] = values[i].cast<std::uint64_t>();
+        sizes[i] = 8;
+        break;
+      }
+      case 'i': {
+        const auto v = values[i].cast<long long>();
+        if (want == 8) {
+          std::memcpy(&slots[i], &v, 8);
+          sizes[i] = 8;
+        } else if (want == 4 || want == 0) {
+          if (v < INT32_MIN || v > UINT32_MAX) {
+            throw kjit::LaunchError(fmt::format(
+              "kernel '{}': argument {} is {}, which does not fit its 32-bit parameter", m_name, i,
+              v));
+          }
+          const auto narrow = static_cast<std::uint32_t>(v);
+          std::memcpy(&slots[i], &narrow, 4);
+          sizes[i] = 4;
+        } else {
+          throw mismatch("int");
+        }
+        break;
+      }
+      case 'f': {
+        const auto v = values[i].cast<double>();
+        if (want == 8) {
+          std::memcpy(&slots[i], &v, 8);
+          sizes[i] = 8;
+        } else if (want == 4 || want == 0) {
+          const auto narrow = static_cast<float>(v);
+          std::memcpy(&slots[i], &narrow, 4);
+          sizes[i] = 4;
+        } else {
+          throw mismatch("float");
+        }
+        break;
+      }
+      case 'b': {
+        if (want != 0 && want != 1) {
+          throw mismatch("bool");
+        }
+        const bool v = values[i].cast<bool>();
+        std::memcpy(&slots[i], &v, 1);
+        sizes[i] = 1;
+        break;
+      }
+      default:
+        throw kjit::LaunchError(fmt::format("kernel '{}': argument {} has an unknown kind", m_name,
+                                            i));
+      }
+      pointers[i] = &slots[i];
+    }
+    kjit::Dim3 g;
+    kjit::Dim3 b;
+    g.x = grid[0];
+    g.y = grid.size() > 1 ? grid[1] : 1;
+    g.z = grid.size() > 2 ? grid[2] : 1;
+    b.x = block[0];
+    b.y = block.size() > 1 ? block[1] : 1;
+    b.z = block.size() > 2 ? block[2] : 1;
+    py::gil_scoped_release release;
+    k.launch_packed(g, b, shared_mem, reinterpret_cast<kjit::StreamHandle>(stream), pointers,
+                    sizes);
+  }
+
+  const std::string& name() const { return m_name; }
+
+private:
+  kjit::Kernel kernel() {
+    std::lock_guard lock(m_mutex);
+    // One kernel per device arch is memoized by the runtime; this skips its key computation.
+    const kjit::Target target = kjit::torch_layer::runtime().default_target();
+    auto it = m_kernels.find(target.name());
+    if (it == m_kernels.end()) {
+      it = m_kernels.emplace(target.name(), kjit::torch_layer::runtime().kernel(m_program, m_name))
+             .first;
+    }
+    return it->second;
+  }
+
+  kjit::Program m_program;
+  std::string m_name;
+  std::mutex m_mutex;
+  std::map<std::string, kjit::Kernel> m_kernels;
+};
+
+} // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "kjit's runtime: kernel packages as torch ops, raw kernels, the kernel cache";
+  py::register_exception_translator(&translate);
+
+  m.def("version", [] { return std::string(kjit::version()); });
+  m.def("nvrtc_version", &kjit::nvrtc_version);
+  m.def("load_package", &load_package, py::arg("path"));
+  m.def("cache_info", [] {
+    kjit::Runtime& rt = kjit::torch_layer::runtime();
+    py::dict info;
+    info["enabled"] = rt.cache().enabled();
+    info["read_only"] = rt.cache().read_only();
+    info["path"] = rt.cache().path().string();
+    info["process"] = stats_dict(rt.stats());
+    info["store"] = stats_dict(rt.cache().stats());
+    return info;
+  });
+  m.def("driver_available", &kjit::driver_available);
+  m.def("device_count", &kjit::device_count);
+
+  py::class_<RawKernel>(m, "RawKernel")
+    .def(py::init<std::string, std::string, std::vector<std::string>,
+                  std::vector<std::filesystem::path>, std::vector<std::string>>(),
+         py::arg("source"), py::arg("name"), py::arg("options"), py::arg("include_dirs"),
+         py::arg("name_expressions"))
+    .def("prepare", &RawKernel::prepare)
+    .def("launch", &RawKernel::launch, py::arg("grid"), py::arg("block"), py::arg("kinds"),
+         py::arg("values"), py::arg("stream"), py::arg("shared_mem"))
+    .def_property_readonly("name", &RawKernel::name);
+}
