@@ -218,6 +218,14 @@ public:
                     sizes);
   }
 
+  // Compiles for `arch` without a GPU (through the cache); returns the binary's size.
+  std::size_t compile(const std::string& arch) {
+    py::gil_scoped_release release;
+    return kjit::torch_layer::runtime()
+      .compile(m_program, kjit::Target{kjit::Arch::parse(arch)})
+      .data.size();
+  }
+
   const std::string& name() const { return m_name; }
 
 private:
@@ -267,6 +275,7 @@ PYBIND11_MODULE(_C, m) {
          py::arg("source"), py::arg("name"), py::arg("options"), py::arg("include_dirs"),
          py::arg("name_expressions"))
     .def("prepare", &RawKernel::prepare)
+    .def("compile", &RawKernel::compile, py::arg("arch"))
     .def("launch", &RawKernel::launch, py::arg("grid"), py::arg("block"), py::arg("kinds"),
          py::arg("values"), py::arg("stream"), py::arg("shared_mem"))
     .def_property_readonly("name", &RawKernel::name);

@@ -90,10 +90,15 @@ struct CallEnv {
   static bool truth(bool value) { return value; }
 };
 
+std::string dtype_text(at::ScalarType type) {
+  const auto name = detail::dtype_name(static_cast<DType>(type));
+  return name != "unknown" ? std::string(name) : std::string(c10::toString(type));
+}
+
 std::string describe(const std::string& name, const at::Tensor& t) {
   return fmt::format("'{}' has shape {}, dtype {}, device {}{}", name,
-                     fmt::format("[{}]", fmt::join(t.sizes(), ", ")),
-                     c10::toString(t.scalar_type()), t.device().str(),
+                     fmt::format("[{}]", fmt::join(t.sizes(), ", ")), dtype_text(t.scalar_type()),
+                     t.device().str(),
                      t.is_contiguous() ? "" : ", not contiguous");
 }
 

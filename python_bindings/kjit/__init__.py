@@ -164,6 +164,13 @@ class RawKernel:
     def name(self) -> str:
         return self._kernel.name
 
+    def compile(self, arch: str | None = None) -> int:
+        """Compiles now: for `arch` (e.g. "sm_90", no GPU needed) or for the current device.
+        Returns the binary's size (compile) or the parameter count (device). Raises CompileError."""
+        if arch is not None:
+            return self._kernel.compile(arch)
+        return len(self._kernel.prepare())
+
     def __call__(
         self,
         grid: Sequence[int],

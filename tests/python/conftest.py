@@ -1,0 +1,10 @@
+import os
+import tempfile
+
+# Every test session gets its own kernel cache (set before kjit is imported).
+os.environ.setdefault("KJIT_CACHE_DIR", tempfile.mkdtemp(prefix="kjit-pytest-cache-"))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
