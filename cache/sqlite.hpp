@@ -45,6 +45,8 @@ public:
   Statement() = default;
   // Prepares `sql` on `db`; throws SqliteFailure.
   Statement(const Database& db, const char* sql);
+  // Owns an already prepared statement.
+  explicit Statement(sqlite3_stmt* stmt) noexcept : m_stmt(stmt) {}
   ~Statement();
   Statement(Statement&& other) noexcept : m_stmt(other.release()) {}
   Statement& operator=(Statement&& other) noexcept;

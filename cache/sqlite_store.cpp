@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <thread>
 #include <unistd.h>
 
 namespace kjit::detail {
@@ -234,23 +235,72 @@ SqliteStore::~SqliteStore() {
 
 void SqliteStore::prepare() {
   if (!m_read_only) {
-    m_db.exec("PRAGMA journal_mode=WAL");
-    m_db.exec("PRAGMA synchronous=NORMAL");
-    m_db.exec("BEGIN IMMEDIATE");
-    try {
-      m_db.exec(k_schema);
-      m_db.exec("COMMIT");
-    } catch (...) {
-      sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
-      throw;
-    }
     m_locks = std::make_unique<LockFile>(m_path.parent_path() /
                                          fmt::format("kjit-v{}.locks", k_store_schema_version));
+    m_db.exec("PRAGMA synchronous=NORMAL");
+    // An existing store needs no write to open; a new one is set up under the store lock, so
+    // processes starting together do not race on the switch to WAL.
+    if (!ready()) {
+      LockGuard guard = m_locks->lock(k_store_lock_id);
+      with_busy_retry([&] {
+        if (ready()) {
+          return;
+        }
+        m_db.exec("PRAGMA journal_mode=WAL");
+        m_db.exec("BEGIN IMMEDIATE");
+        try {
+          m_db.exec(k_schema);
+          m_db.exec("COMMIT");
+        } catch (...) {
+          sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+          throw;
+        }
+      });
+    }
   }
   check_schema(m_db, m_path);
   m_get = Statement(m_db, "SELECT kind, arch, name, nvrtc_version, driver_version, options, "
                           "lowered_names, blob, checksum, compile_ms, compile_log "
                           "FROM entries WHERE key = ?1");
+}
+
+bool SqliteStore::ready() const {
+  Statement mode(m_db, "PRAGMA journal_mode");
+  if (!mode.step() || mode.column_text(0) != "wal") {
+    return false;
+  }
+  mode.reset();
+  sqlite3_stmt* raw = nullptr;
+  // "no such table" means a new file; a broken file throws (and is recovered by open()).
+  const int rc = sqlite3_prepare_v2(m_db.get(), "SELECT value FROM meta WHERE name = 'schema_version'",
+                                    -1, &raw, nullptr);
+  Statement version;
+  if (rc == SQLITE_OK) {
+    version = Statement(raw);
+  } else if ((rc & 0xff) == SQLITE_ERROR) {
+    return false;
+  } else {
+    throw SqliteFailure{rc, sqlite3_errmsg(m_db.get())};
+  }
+  return version.step();
+}
+
+template <class F>
+void SqliteStore::with_busy_retry(F&& work) {
+  // SQLite answers SQLITE_BUSY at once (without the busy handler) where waiting could deadlock,
+  // e.g. when changing the journal mode while another connection reads.
+  for (int attempt = 0;; ++attempt) {
+    try {
+      work();
+      return;
+    } catch (const SqliteFailure& failure) {
+      const int primary = failure.code & 0xff;
+      if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || attempt >= 500) {
+        throw;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
 }
 
 SqliteStore::Lookup SqliteStore::get(const std::string& key, StoredBinary& out) {

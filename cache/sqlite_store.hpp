@@ -91,6 +91,9 @@ public:
 private:
   SqliteStore(std::filesystem::path path, Database db, bool read_only, std::uint64_t max_size);
   void prepare();
+  bool ready() const; // WAL mode and the schema are in place
+  template <class F>
+  void with_busy_retry(F&& work);
   void write_pending(); // inside a write transaction; m_mutex held
   void evict(const std::string& keep);
   void warn_write_failure(const SqliteFailure& failure);

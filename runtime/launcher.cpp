@@ -72,11 +72,13 @@ const std::string& Kernel::lowered_name() const {
 
 int Kernel::param_count() const {
   KJIT_ASSERT(m_record);
+  m_record->resolve_params();
   return m_record->params_known ? static_cast<int>(m_record->param_sizes.size()) : -1;
 }
 
 std::span<const std::size_t> Kernel::param_sizes() const {
   KJIT_ASSERT(m_record);
+  m_record->resolve_params();
   return m_record->param_sizes;
 }
 
@@ -93,6 +95,7 @@ void Kernel::launch_packed(Dim3 grid, Dim3 block, std::size_t shared_mem, Stream
   }
   const detail::KernelRecord& record = *m_record;
   KJIT_ASSERT(values.size() == sizes.size());
+  record.resolve_params(stream);
   if (record.params_known && !sizes_match(record, sizes)) {
     throw_argument_mismatch(record, sizes, types);
   }

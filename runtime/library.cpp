@@ -12,6 +12,34 @@ constexpr std::size_t k_max_params = 4096;
 
 } // namespace
 
+void KernelRecord::resolve_params(CUstream stream) const {
+  std::call_once(params_once, [&] {
+    const DriverApi& d = driver();
+    if (d.cuKernelGetParamInfo == nullptr) {
+      return; // a driver before CUDA 12.4: launches are not size-checked
+    }
+    ensure_context(stream);
+    std::size_t offset = 0;
+    std::size_t size = 0;
+    CUresult result = CUDA_SUCCESS;
+    while (param_sizes.size() < k_max_params) {
+      result = d.cuKernelGetParamInfo(handle, param_sizes.size(), &offset, &size);
+      if (result != CUDA_SUCCESS) {
+        break;
+      }
+      param_sizes.push_back(size);
+    }
+    // Past the last parameter the driver answers CUDA_ERROR_INVALID_VALUE; anything else means
+    // it could not tell, and launches go unchecked rather than wrongly refused.
+    params_known = result == CUDA_ERROR_INVALID_VALUE;
+    if (!params_known) {
+      log(LogLevel::debug, "no parameter layout for kernel '{}': {}", name,
+          driver_error_text(result));
+      param_sizes.clear();
+    }
+  });
+}
+
 std::shared_ptr<Library> Library::load(std::string_view image, const std::string& what) {
   const DriverApi& d = driver();
   CUlibrary handle = nullptr;
@@ -52,16 +80,6 @@ std::shared_ptr<const KernelRecord> Library::kernel(const std::string& name,
         m_what, name, lowered_name == name ? "" : fmt::format(" (lowered '{}')", lowered_name)));
     }
     KJIT_CU_CHECK(result, "cannot get kernel '{}' of {}", name, m_what);
-    if (d.cuKernelGetParamInfo != nullptr) {
-      std::size_t offset = 0;
-      std::size_t size = 0;
-      while (record->param_sizes.size() < k_max_params &&
-             d.cuKernelGetParamInfo(record->handle, record->param_sizes.size(), &offset, &size) ==
-               CUDA_SUCCESS) {
-        record->param_sizes.push_back(size);
-      }
-      record->params_known = true;
-    }
     it = m_kernels.emplace(name, std::move(record)).first;
   }
   // Aliasing: the pointer is the record, the ownership the library's.

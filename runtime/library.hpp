@@ -27,8 +27,15 @@ struct KernelRecord {
   CUkernel handle = nullptr;
   std::string name;         // as asked for
   std::string lowered_name; // in the binary
-  bool params_known = false;
-  std::vector<std::size_t> param_sizes;
+  // The parameter layout, read at first need with a context current (the driver's
+  // cuKernelGetParamInfo needs one): see `params()`.
+  mutable std::once_flag params_once;
+  mutable bool params_known = false;
+  mutable std::vector<std::size_t> param_sizes;
+
+  // Reads the layout once; makes a context current first when none is (the stream's, else device
+  // 0's primary context).
+  void resolve_params(CUstream stream = nullptr) const;
 };
 
 // Owning `CUlibrary`; unloads on destruction (a failure is logged, never thrown).

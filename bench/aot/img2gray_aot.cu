@@ -32,7 +32,8 @@ at::Tensor img2gray(const at::Tensor& image) {
   const dim3 block(32, 8);
   const dim3 grid((w + 31) / 32, (h + 7) / 8);
   img2gray_kernel<<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(
-    image.data_ptr<unsigned char>(), out.data_ptr<unsigned char>(), w, h);
+    static_cast<const unsigned char*>(image.data_ptr()), static_cast<unsigned char*>(out.data_ptr()),
+    w, h);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }

@@ -4,9 +4,6 @@
 
 #include <fmt/format.h>
 
-// The whole of xxHash inline: no library to link, for kjit or for apps embedding it.
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 namespace kjit::detail {
 
@@ -14,18 +11,12 @@ std::string to_hex(const Digest& digest) {
   return fmt::format("{:016x}{:016x}", digest[0], digest[1]);
 }
 
-struct Hasher::State {
-  XXH3_state_t state;
-};
-
-Hasher::Hasher() : m_state(std::make_unique<State>()) {
-  KJIT_ASSERT(XXH3_128bits_reset(&m_state->state) == XXH_OK);
+Hasher::Hasher() {
+  KJIT_ASSERT(XXH3_128bits_reset(&m_state) == XXH_OK);
 }
 
-Hasher::~Hasher() = default;
-
 void Hasher::update(const void* data, std::size_t size) {
-  KJIT_ASSERT(XXH3_128bits_update(&m_state->state, data, size) == XXH_OK);
+  KJIT_ASSERT(XXH3_128bits_update(&m_state, data, size) == XXH_OK);
 }
 
 Hasher& Hasher::field(std::string_view tag, std::string_view value) {
@@ -44,8 +35,18 @@ Hasher& Hasher::field(std::string_view tag, std::int64_t value) {
   return field(tag, std::string_view(text.data(), text.size()));
 }
 
+Hasher& Hasher::field(std::string_view tag, const Digest& value) {
+  // Big-endian bytes, so keys do not depend on the host's byte order.
+  char bytes[16];
+  for (int i = 0; i < 8; ++i) {
+    bytes[i] = static_cast<char>(value[0] >> (56 - 8 * i));
+    bytes[8 + i] = static_cast<char>(value[1] >> (56 - 8 * i));
+  }
+  return field(tag, std::string_view(bytes, sizeof bytes));
+}
+
 Digest Hasher::digest() const {
-  const XXH128_hash_t h = XXH3_128bits_digest(&m_state->state);
+  const XXH128_hash_t h = XXH3_128bits_digest(&m_state);
   return {h.high64, h.low64};
 }
 

@@ -3,9 +3,15 @@
 // (ccache's hash_delimiter idea). No project types.
 #pragma once
 
+// The whole of xxHash inline: no library to link, for kjit or for apps embedding it, and a hash
+// state that lives on the stack.
+#ifndef XXH_INLINE_ALL
+#  define XXH_INLINE_ALL
+#endif
+#include <xxhash.h>
+
 #include <array>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <string_view>
 
@@ -19,19 +25,18 @@ std::string to_hex(const Digest& digest);
 class Hasher {
 public:
   Hasher();
-  ~Hasher();
   Hasher(const Hasher&) = delete;
   Hasher& operator=(const Hasher&) = delete;
 
   // Hashes `tag`, then `value`'s length and bytes.
   Hasher& field(std::string_view tag, std::string_view value);
   Hasher& field(std::string_view tag, std::int64_t value);
+  Hasher& field(std::string_view tag, const Digest& value);
   Digest digest() const;
 
 private:
-  struct State; // XXH3_state_t, kept out of this header (xxHash is used inline)
   void update(const void* data, std::size_t size);
-  std::unique_ptr<State> m_state;
+  XXH3_state_t m_state;
 };
 
 // XXH3-64 of `data`, for blob checksums.
