@@ -1,6 +1,7 @@
 // The peer of kjit's img2gray op: the same kernel in an ahead-of-time torch extension built with
 // nvcc, the way kernel-builder builds kernels (TORCH_LIBRARY + a CUDA impl launching on torch's
 // current stream). Used by bench_ops.py only.
+#include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
