@@ -45,8 +45,8 @@ int warm_child(const std::string& cache_dir) {
   const double context_us = us_since(start);
   start = Clock::now();
   kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = cache_dir});
-  const kjit::Kernel kernel = runtime.kernel(kjit::Program::from_file(img2gray_path()),
-                                             "img2gray_kernel");
+  const kjit::Kernel kernel =
+    runtime.kernel(kjit::Program::from_file(img2gray_path()), "img2gray_kernel");
   const double ready_us = us_since(start);
   if (runtime.stats().compiles != 0 || !kernel) {
     return 3;
@@ -115,11 +115,11 @@ int main(int argc, char** argv) {
     }
     const double t = median(total);
     const double n = median(nvrtc);
-    rows.push_back({"cold first use (kernel not in the store), request -> launchable",
-                    fmt::format("{:.2f} ms", t),
-                    fmt::format("NVRTC compile {:.2f} ms (kjit's own part {:.3f} ms)", n,
-                                median(overhead)),
-                    fmt::format("{:.3f}x", t / n), "<= 1.10x"});
+    rows.push_back(
+      {"cold first use (kernel not in the store), request -> launchable",
+       fmt::format("{:.2f} ms", t),
+       fmt::format("NVRTC compile {:.2f} ms (kjit's own part {:.3f} ms)", n, median(overhead)),
+       fmt::format("{:.3f}x", t / n), "<= 1.10x"});
     rows.push_back({"new store file (first use on a machine), Runtime construction",
                     fmt::format("{:.2f} ms", median(create)), "-", "-", "once per machine"});
   }
@@ -127,8 +127,10 @@ int main(int argc, char** argv) {
   // Warm first use in new processes.
   {
     const auto store = dir / "warm";
-    { kjit::Runtime(kjit::RuntimeOptions{.cache_dir = store}).compile(
-        kjit::Program::from_file(img2gray_path()), kjit::Runtime().default_target()); }
+    {
+      kjit::Runtime(kjit::RuntimeOptions{.cache_dir = store})
+        .compile(kjit::Program::from_file(img2gray_path()), kjit::Runtime().default_target());
+    }
     std::vector<double> context;
     std::vector<double> ready;
     for (int i = 0; i < 15; ++i) {

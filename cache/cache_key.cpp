@@ -1,6 +1,5 @@
 #include "cache/cache_key.hpp"
 
-
 namespace kjit::detail {
 
 Digest cache_key(const KeyInputs& inputs) {

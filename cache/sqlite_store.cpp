@@ -272,8 +272,8 @@ bool SqliteStore::ready() const {
   mode.reset();
   sqlite3_stmt* raw = nullptr;
   // "no such table" means a new file; a broken file throws (and is recovered by open()).
-  const int rc = sqlite3_prepare_v2(m_db.get(), "SELECT value FROM meta WHERE name = 'schema_version'",
-                                    -1, &raw, nullptr);
+  const int rc = sqlite3_prepare_v2(
+    m_db.get(), "SELECT value FROM meta WHERE name = 'schema_version'", -1, &raw, nullptr);
   Statement version;
   if (rc == SQLITE_OK) {
     version = Statement(raw);

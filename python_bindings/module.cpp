@@ -114,9 +114,9 @@ class RawKernel {
 public:
   RawKernel(std::string source, std::string name, std::vector<std::string> options,
             std::vector<std::filesystem::path> include_dirs, std::vector<std::string> expressions)
-    : m_program(name + ".cu", std::move(source),
-                kjit::CompileOptions{std::move(options), std::move(include_dirs),
-                                     std::move(expressions)}),
+    : m_program(
+        name + ".cu", std::move(source),
+        kjit::CompileOptions{std::move(options), std::move(include_dirs), std::move(expressions)}),
       m_name(std::move(name)) {}
 
   // Compiles (or fetches) for the current device and returns the parameter sizes.
@@ -164,9 +164,9 @@ public:
           sizes[i] = 8;
         } else if (want == 4 || want == 0) {
           if (v < INT32_MIN || v > UINT32_MAX) {
-            throw kjit::LaunchError(fmt::format(
-              "kernel '{}': argument {} is {}, which does not fit its 32-bit parameter", m_name, i,
-              v));
+            throw kjit::LaunchError(
+              fmt::format("kernel '{}': argument {} is {}, which does not fit its 32-bit parameter",
+                          m_name, i, v));
           }
           const auto narrow = static_cast<std::uint32_t>(v);
           std::memcpy(&slots[i], &narrow, 4);
@@ -200,8 +200,8 @@ public:
         break;
       }
       default:
-        throw kjit::LaunchError(fmt::format("kernel '{}': argument {} has an unknown kind", m_name,
-                                            i));
+        throw kjit::LaunchError(
+          fmt::format("kernel '{}': argument {} has an unknown kind", m_name, i));
       }
       pointers[i] = &slots[i];
     }

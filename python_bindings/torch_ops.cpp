@@ -90,6 +90,17 @@ struct CallEnv {
   static bool truth(bool value) { return value; }
 };
 
+// Messages with numbers are formatted with fmt and handed to TORCH_CHECK as one string: the
+// module's own inline copies of iostream number formatting crashed where the compiler's
+// libstdc++ headers are newer than the libstdc++ the process runs with (seen on the GPU image).
+[[noreturn]] void value_error(const std::string& message) {
+  TORCH_CHECK_VALUE(false, message);
+}
+
+[[noreturn]] void runtime_error(const std::string& message) {
+  TORCH_CHECK(false, message);
+}
+
 std::string dtype_text(at::ScalarType type) {
   const auto name = detail::dtype_name(static_cast<DType>(type));
   return name != "unknown" ? std::string(name) : std::string(c10::toString(type));
@@ -98,8 +109,7 @@ std::string dtype_text(at::ScalarType type) {
 std::string describe(const std::string& name, const at::Tensor& t) {
   return fmt::format("'{}' has shape {}, dtype {}, device {}{}", name,
                      fmt::format("[{}]", fmt::join(t.sizes(), ", ")), dtype_text(t.scalar_type()),
-                     t.device().str(),
-                     t.is_contiguous() ? "" : ", not contiguous");
+                     t.device().str(), t.is_contiguous() ? "" : ", not contiguous");
 }
 
 // A compiled specialization of an op's kernel for one device.
@@ -120,8 +130,8 @@ public:
                               m_qualified, m_spec->symbols.size(), k_max_symbols));
     }
     if (m_spec->specialize.size() > k_max_spec) {
-      throw Error(fmt::format("op '{}' has {} specialization placeholders; at most {}",
-                              m_qualified, m_spec->specialize.size(), k_max_spec));
+      throw Error(fmt::format("op '{}' has {} specialization placeholders; at most {}", m_qualified,
+                              m_spec->specialize.size(), k_max_spec));
     }
   }
 
@@ -140,8 +150,8 @@ public:
         env.tensors[i] = &value.toTensor();
         break;
       case Kind::int_:
-        env.ints[i] = value.isSymInt() ? value.toSymInt().guard_int(__FILE__, __LINE__)
-                                       : value.toInt();
+        env.ints[i] =
+          value.isSymInt() ? value.toSymInt().guard_int(__FILE__, __LINE__) : value.toInt();
         break;
       case Kind::float_:
         env.floats[i] = value.toDouble();
@@ -166,8 +176,8 @@ public:
         TORCH_CHECK_VALUE(false, m_qualified, ": cannot evaluate check '", check.text(),
                           "': ", e.what(), "; ", tensors_text(env));
       }
-      TORCH_CHECK_VALUE(ok, m_qualified, ": check '", check.text(), "' failed: ",
-                        tensors_text(env));
+      TORCH_CHECK_VALUE(ok, m_qualified, ": check '", check.text(),
+                        "' failed: ", tensors_text(env));
     }
   }
 
@@ -197,9 +207,11 @@ public:
       for (const auto& [dim, expr] : out.dims) {
         const auto rank = static_cast<std::int64_t>(shape.size());
         const std::int64_t d = dim < 0 ? dim + rank : dim;
-        TORCH_CHECK_VALUE(d >= 0 && d < rank, m_qualified, ": output ", o, " replaces dimension ",
-                          dim, " of '", m_spec->symbols[out.like].name, "', which has ", rank,
-                          " dimensions");
+        if (d < 0 || d >= rank) {
+          value_error(fmt::format("{}: output {} replaces dimension {} of '{}', which has {} "
+                                  "dimensions",
+                                  m_qualified, o, dim, m_spec->symbols[out.like].name, rank));
+        }
         shape[d] = Evaluator(expr, env).integer();
       }
       dtype = like.scalar_type();
@@ -219,8 +231,8 @@ public:
     key.device = device;
     for (std::size_t i = 0; i < m_spec->specialize.size(); ++i) {
       const Expr& expr = m_spec->specialize[i].expr;
-      key.values[i] = expr.kind() == Kind::dtype ? static_cast<std::int64_t>(
-                                                     Evaluator(expr, env).dtype())
+      key.values[i] = expr.kind() == Kind::dtype
+                        ? static_cast<std::int64_t>(Evaluator(expr, env).dtype())
                       : expr.kind() == Kind::bool_ ? std::int64_t(Evaluator(expr, env).boolean())
                                                    : Evaluator(expr, env).integer();
     }
@@ -276,9 +288,11 @@ std::size_t pack(const Expr& expr, const CallEnv<std::int64_t>& env, std::size_t
       std::memcpy(&slot, &value, 8);
       return 8;
     }
-    TORCH_CHECK_VALUE(value >= INT32_MIN && value <= INT32_MAX, op, ": kernel argument ", index,
-                      " ('", expr.text(), "') is ", value,
-                      ", which does not fit the kernel's 32-bit parameter");
+    if (value < INT32_MIN || value > INT32_MAX) {
+      value_error(fmt::format("{}: kernel argument {} ('{}') is {}, which does not fit the "
+                              "kernel's 32-bit parameter",
+                              op, index, expr.text(), value));
+    }
     const auto narrow = static_cast<std::int32_t>(value);
     std::memcpy(&slot, &narrow, 4);
     return 4;
@@ -301,14 +315,15 @@ std::size_t pack(const Expr& expr, const CallEnv<std::int64_t>& env, std::size_t
   case Kind::dtype:
     break;
   }
-  TORCH_CHECK(false, op, ": kernel argument ", index, " ('", expr.text(), "') is a dtype");
+  runtime_error(fmt::format("{}: kernel argument {} ('{}') is a dtype", op, index, expr.text()));
 }
 
 unsigned launch_dim(const Expr& expr, const CallEnv<std::int64_t>& env, const std::string& op,
                     const char* what) {
   const std::int64_t value = Evaluator(expr, env).integer();
-  TORCH_CHECK_VALUE(value >= 0 && value <= INT32_MAX, op, ": ", what, " '", expr.text(),
-                    "' is ", value, ", outside [0, 2^31)");
+  if (value < 0 || value > INT32_MAX) {
+    value_error(fmt::format("{}: {} '{}' is {}, outside [0, 2^31)", op, what, expr.text(), value));
+  }
   return static_cast<unsigned>(value);
 }
 
@@ -412,9 +427,11 @@ private:
     const Kernel kernel = m_state->kernel(env, device.index());
 
     const auto params = kernel.param_sizes();
-    TORCH_CHECK(params.empty() || params.size() == spec.args.size(), m_state->qualified(),
-                ": the manifest passes ", spec.args.size(), " arguments but kernel '",
-                kernel.name(), "' takes ", params.size());
+    if (!params.empty() && params.size() != spec.args.size()) {
+      runtime_error(fmt::format("{}: the manifest passes {} arguments but kernel '{}' takes {}",
+                                m_state->qualified(), spec.args.size(), kernel.name(),
+                                params.size()));
+    }
     std::array<std::uint64_t, 256> slots{};
     std::array<void*, 256> values{};
     std::array<std::size_t, 256> sizes{};
@@ -425,7 +442,8 @@ private:
     }
     c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
     auto* stream = static_cast<StreamHandle>(impl.getStream(device).native_handle());
-    kernel.launch_packed(grid, block, shared_mem, stream, std::span(values.data(), spec.args.size()),
+    kernel.launch_packed(grid, block, shared_mem, stream,
+                         std::span(values.data(), spec.args.size()),
                          std::span(sizes.data(), spec.args.size()));
   }
 
@@ -512,8 +530,10 @@ std::vector<std::pair<std::string, std::string>> register_package(const Package&
       auto functor = [&](Mode mode) {
         return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<OpFunctor>(state, mode));
       };
-      library->impl(spec->name.c_str(), torch::dispatch(c10::DispatchKey::CUDA, functor(Mode::cuda)));
-      library->impl(spec->name.c_str(), torch::dispatch(c10::DispatchKey::Meta, functor(Mode::meta)));
+      library->impl(spec->name.c_str(),
+                    torch::dispatch(c10::DispatchKey::CUDA, functor(Mode::cuda)));
+      library->impl(spec->name.c_str(),
+                    torch::dispatch(c10::DispatchKey::Meta, functor(Mode::meta)));
       library->impl(spec->name.c_str(), torch::dispatch(c10::DispatchKey::CPU, functor(Mode::cpu)));
       library->impl(spec->name.c_str(),
                     torch::dispatch(c10::DispatchKey::Autograd,

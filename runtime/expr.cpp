@@ -15,12 +15,12 @@ struct DTypeName {
 };
 
 constexpr DTypeName k_dtype_names[] = {
-  {"uint8", DType::uint8},       {"int8", DType::int8},         {"int16", DType::int16},
-  {"int32", DType::int32},       {"int64", DType::int64},       {"float16", DType::float16},
-  {"float32", DType::float32},   {"float64", DType::float64},   {"bool", DType::bool_},
-  {"bfloat16", DType::bfloat16}, {"half", DType::float16},      {"float", DType::float32},
-  {"double", DType::float64},    {"bf16", DType::bfloat16},     {"fp16", DType::float16},
-  {"fp32", DType::float32},      {"long", DType::int64},        {"int", DType::int32},
+  {"uint8", DType::uint8},       {"int8", DType::int8},       {"int16", DType::int16},
+  {"int32", DType::int32},       {"int64", DType::int64},     {"float16", DType::float16},
+  {"float32", DType::float32},   {"float64", DType::float64}, {"bool", DType::bool_},
+  {"bfloat16", DType::bfloat16}, {"half", DType::float16},    {"float", DType::float32},
+  {"double", DType::float64},    {"bf16", DType::bfloat16},   {"fp16", DType::float16},
+  {"fp32", DType::float32},      {"long", DType::int64},      {"int", DType::int32},
 };
 
 enum class Token { end, number, ident, op, lparen, rparen, comma, dot };
@@ -134,12 +134,18 @@ private:
   Kind kind(std::int32_t i) const { return m_nodes[i].kind; }
 
   static int precedence(std::string_view op) {
-    if (op == "||") return 1;
-    if (op == "&&") return 2;
-    if (op == "==" || op == "!=") return 3;
-    if (op == "<" || op == "<=" || op == ">" || op == ">=") return 4;
-    if (op == "+" || op == "-") return 5;
-    if (op == "*" || op == "/" || op == "%") return 6;
+    if (op == "||")
+      return 1;
+    if (op == "&&")
+      return 2;
+    if (op == "==" || op == "!=")
+      return 3;
+    if (op == "<" || op == "<=" || op == ">" || op == ">=")
+      return 4;
+    if (op == "+" || op == "-")
+      return 5;
+    if (op == "*" || op == "/" || op == "%")
+      return 6;
     return 0;
   }
 
@@ -192,7 +198,10 @@ private:
       if (!numeric(ka) || !numeric(kb)) {
         mismatch();
       }
-      node.op = op == "<" ? NodeOp::lt : op == "<=" ? NodeOp::le : op == ">" ? NodeOp::gt : NodeOp::ge;
+      node.op = op == "<"    ? NodeOp::lt
+                : op == "<=" ? NodeOp::le
+                : op == ">"  ? NodeOp::gt
+                             : NodeOp::ge;
       node.kind = Kind::bool_;
     } else {
       if (!numeric(ka) || !numeric(kb)) {
@@ -202,8 +211,11 @@ private:
       if (op == "%" && node.kind == Kind::float_) {
         mismatch();
       }
-      node.op = op == "+" ? NodeOp::add : op == "-" ? NodeOp::sub : op == "*" ? NodeOp::mul
-              : op == "/" ? NodeOp::div : NodeOp::mod;
+      node.op = op == "+"   ? NodeOp::add
+                : op == "-" ? NodeOp::sub
+                : op == "*" ? NodeOp::mul
+                : op == "/" ? NodeOp::div
+                            : NodeOp::mod;
     }
     return add(node);
   }
@@ -320,7 +332,9 @@ private:
         fail(column, fmt::format("{}() takes {} arguments", name,
                                  name == "cdiv" ? "int" : "two int or float"));
       }
-      return add(Node{name == "cdiv" ? NodeOp::cdiv : name == "min" ? NodeOp::min : NodeOp::max,
+      return add(Node{name == "cdiv"  ? NodeOp::cdiv
+                      : name == "min" ? NodeOp::min
+                                      : NodeOp::max,
                       floats ? Kind::float_ : Kind::int_, a, b, 0, 0, col});
     }
     if (name == "true" || name == "false") {
@@ -328,14 +342,14 @@ private:
     }
     for (std::size_t i = 0; i < m_symbols.size(); ++i) {
       if (m_symbols[i].name == name) {
-        return add(Node{NodeOp::symbol, m_symbols[i].kind, static_cast<std::int32_t>(i), -1, 0, 0,
-                        col});
+        return add(
+          Node{NodeOp::symbol, m_symbols[i].kind, static_cast<std::int32_t>(i), -1, 0, 0, col});
       }
     }
     DType dtype{};
     if (parse_dtype(name, dtype)) {
-      return add(Node{NodeOp::dtype_literal, Kind::dtype, -1, -1, static_cast<std::int64_t>(dtype),
-                      0, col});
+      return add(
+        Node{NodeOp::dtype_literal, Kind::dtype, -1, -1, static_cast<std::int64_t>(dtype), 0, col});
     }
     std::string known;
     for (const auto& symbol : m_symbols) {
@@ -377,27 +391,42 @@ bool parse_dtype(std::string_view name, DType& out) noexcept {
 
 std::string_view dtype_cpp_type(DType dtype) noexcept {
   switch (dtype) {
-  case DType::uint8: return "unsigned char";
-  case DType::int8: return "signed char";
-  case DType::int16: return "short";
-  case DType::int32: return "int";
-  case DType::int64: return "long long";
-  case DType::float16: return "__half";
-  case DType::float32: return "float";
-  case DType::float64: return "double";
-  case DType::bool_: return "bool";
-  case DType::bfloat16: return "__nv_bfloat16";
+  case DType::uint8:
+    return "unsigned char";
+  case DType::int8:
+    return "signed char";
+  case DType::int16:
+    return "short";
+  case DType::int32:
+    return "int";
+  case DType::int64:
+    return "long long";
+  case DType::float16:
+    return "__half";
+  case DType::float32:
+    return "float";
+  case DType::float64:
+    return "double";
+  case DType::bool_:
+    return "bool";
+  case DType::bfloat16:
+    return "__nv_bfloat16";
   }
   return "void";
 }
 
 std::string_view kind_name(Kind kind) noexcept {
   switch (kind) {
-  case Kind::int_: return "int";
-  case Kind::float_: return "float";
-  case Kind::bool_: return "bool";
-  case Kind::dtype: return "dtype";
-  case Kind::tensor: return "Tensor";
+  case Kind::int_:
+    return "int";
+  case Kind::float_:
+    return "float";
+  case Kind::bool_:
+    return "bool";
+  case Kind::dtype:
+    return "dtype";
+  case Kind::tensor:
+    return "Tensor";
   }
   return "?";
 }

@@ -62,18 +62,42 @@ private:
 };
 
 enum class NodeOp : std::uint8_t {
-  int_literal, float_literal, bool_literal, dtype_literal, symbol, // leaves
-  neg, not_,                                                     // unary
-  add, sub, mul, div, mod, eq, ne, lt, le, gt, ge, and_, or_,    // binary
-  cdiv, min, max,                                                // functions
-  size, stride, numel, dim, dtype_of, is_contiguous              // tensor properties
+  int_literal,
+  float_literal,
+  bool_literal,
+  dtype_literal,
+  symbol, // leaves
+  neg,
+  not_, // unary
+  add,
+  sub,
+  mul,
+  div,
+  mod,
+  eq,
+  ne,
+  lt,
+  le,
+  gt,
+  ge,
+  and_,
+  or_, // binary
+  cdiv,
+  min,
+  max, // functions
+  size,
+  stride,
+  numel,
+  dim,
+  dtype_of,
+  is_contiguous // tensor properties
 };
 
 struct Node {
   NodeOp op;
   Kind kind;
-  std::int32_t a = -1;   // first operand, or the symbol index
-  std::int32_t b = -1;   // second operand (for size/stride: the dimension expression)
+  std::int32_t a = -1;    // first operand, or the symbol index
+  std::int32_t b = -1;    // second operand (for size/stride: the dimension expression)
   std::int64_t value = 0; // int/bool/dtype literal
   double number = 0;      // float literal
   std::uint32_t column = 0;
@@ -275,23 +299,35 @@ private:
       const double a = number(n.a);
       const double b = number(n.b);
       switch (n.op) {
-      case NodeOp::eq: return a == b;
-      case NodeOp::ne: return a != b;
-      case NodeOp::lt: return a < b;
-      case NodeOp::le: return a <= b;
-      case NodeOp::gt: return a > b;
-      default: return a >= b;
+      case NodeOp::eq:
+        return a == b;
+      case NodeOp::ne:
+        return a != b;
+      case NodeOp::lt:
+        return a < b;
+      case NodeOp::le:
+        return a <= b;
+      case NodeOp::gt:
+        return a > b;
+      default:
+        return a >= b;
       }
     }
     const Int a = integer(n.a);
     const Int b = integer(n.b);
     switch (n.op) {
-    case NodeOp::eq: return Env::truth(a == b);
-    case NodeOp::ne: return Env::truth(a != b);
-    case NodeOp::lt: return Env::truth(a < b);
-    case NodeOp::le: return Env::truth(a <= b);
-    case NodeOp::gt: return Env::truth(a > b);
-    default: return Env::truth(a >= b);
+    case NodeOp::eq:
+      return Env::truth(a == b);
+    case NodeOp::ne:
+      return Env::truth(a != b);
+    case NodeOp::lt:
+      return Env::truth(a < b);
+    case NodeOp::le:
+      return Env::truth(a <= b);
+    case NodeOp::gt:
+      return Env::truth(a > b);
+    default:
+      return Env::truth(a >= b);
     }
   }
 

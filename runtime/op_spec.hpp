@@ -13,10 +13,10 @@
 namespace kjit::detail {
 
 struct OutputSpec {
-  std::vector<Expr> shape;                          // or empty with `like`
-  std::int32_t like = -1;                           // symbol index of a tensor argument
+  std::vector<Expr> shape;                         // or empty with `like`
+  std::int32_t like = -1;                          // symbol index of a tensor argument
   std::vector<std::pair<std::int64_t, Expr>> dims; // with `like`
-  std::optional<Expr> dtype;                        // else like's dtype
+  std::optional<Expr> dtype;                       // else like's dtype
 };
 
 struct SpecParam {
@@ -25,10 +25,10 @@ struct SpecParam {
 };
 
 struct OpSpec {
-  std::string ns;          // the package name: torch.ops.<ns>.<name>
+  std::string ns; // the package name: torch.ops.<ns>.<name>
   std::string name;
   std::string schema;
-  std::size_t kernel = 0;  // index into Package::kernels()
+  std::size_t kernel = 0;      // index into Package::kernels()
   std::vector<Symbol> symbols; // the schema's arguments, then out0, out1, ...
   std::size_t num_inputs = 0;
   std::vector<Expr> checks;

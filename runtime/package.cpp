@@ -223,16 +223,15 @@ public:
     try {
       expr = Expr::parse(text, symbols);
     } catch (const ExprError& e) {
-      fail(location, node, fmt::format("{} in '{}'", e.what(), text),
-           static_cast<int>(e.column()));
+      fail(location, node, fmt::format("{} in '{}'", e.what(), text), static_cast<int>(e.column()));
     }
     if (std::find(kinds.begin(), kinds.end(), expr.kind()) == kinds.end()) {
       std::string wanted;
       for (Kind k : kinds) {
         wanted += (wanted.empty() ? "" : " or ") + std::string(detail::kind_name(k));
       }
-      fail(location, node, fmt::format("'{}' is {}, expected {}", text,
-                                       detail::kind_name(expr.kind()), wanted));
+      fail(location, node,
+           fmt::format("'{}' is {}, expected {}", text, detail::kind_name(expr.kind()), wanted));
     }
     return expr;
   }
@@ -307,8 +306,7 @@ Package Package::load(const std::filesystem::path& path) {
     root = toml::parse_file(manifest.string());
   } catch (const toml::parse_error& e) {
     throw ManifestError(manifest.string(), "(file)", static_cast<int>(e.source().begin.line),
-                        static_cast<int>(e.source().begin.column),
-                        std::string(e.description()));
+                        static_cast<int>(e.source().begin.column), std::string(e.description()));
   } catch (const std::exception& e) {
     throw ManifestError(manifest.string(), "(file)", 0, 0, e.what());
   }
@@ -472,9 +470,9 @@ Package Package::load(const std::filesystem::path& path) {
         reader.fail(where + ".schema", o->get("schema"), e.what());
       }
       if (schema.name != decl.name) {
-        reader.fail(where + ".schema", o->get("schema"),
-                    fmt::format("the schema names op '{}', the table '{}'", schema.name,
-                                decl.name));
+        reader.fail(
+          where + ".schema", o->get("schema"),
+          fmt::format("the schema names op '{}', the table '{}'", schema.name, decl.name));
       }
       const auto kernel_it =
         std::find_if(impl->kernels.begin(), impl->kernels.end(),
@@ -551,8 +549,8 @@ Package Package::load(const std::filesystem::path& path) {
         }
         return result;
       };
-      spec->args = expressions(decl.args, "args",
-                               {Kind::tensor, Kind::int_, Kind::float_, Kind::bool_}, 256);
+      spec->args =
+        expressions(decl.args, "args", {Kind::tensor, Kind::int_, Kind::float_, Kind::bool_}, 256);
       spec->grid = expressions(decl.grid, "grid", {Kind::int_}, 3);
       spec->block = expressions(decl.block, "block", {Kind::int_}, 3);
       spec->shared_mem = reader.expression(decl.shared_mem, input_symbols, where + ".shared_mem",
@@ -574,9 +572,9 @@ Package Package::load(const std::filesystem::path& path) {
       }
       for (const auto& [name, text] : decl.specialize) {
         if (std::find(wanted.begin(), wanted.end(), name) == wanted.end()) {
-          reader.fail(where + ".specialize." + name, node_of("specialize"),
-                      fmt::format("the entry '{}' has no placeholder {{{}}}", kernel_it->entry,
-                                  name));
+          reader.fail(
+            where + ".specialize." + name, node_of("specialize"),
+            fmt::format("the entry '{}' has no placeholder {{{}}}", kernel_it->entry, name));
         }
       }
       for (const auto& [name, values] : decl.warm) {
@@ -652,8 +650,8 @@ Package::specialize(const KernelDecl& kernel,
                     const std::vector<std::pair<std::string, std::string>>& values) const {
   std::string entry = kernel.entry;
   for (const auto& name : placeholders(kernel.entry)) {
-    const auto value = std::find_if(values.begin(), values.end(),
-                                    [&](const auto& v) { return v.first == name; });
+    const auto value =
+      std::find_if(values.begin(), values.end(), [&](const auto& v) { return v.first == name; });
     if (value == values.end()) {
       throw ManifestError(m_impl->manifest.string(), "kernel." + kernel.name + ".entry", 0, 0,
                           fmt::format("no value for placeholder {{{}}}", name));
@@ -691,8 +689,8 @@ std::vector<WarmItem> Package::warm_list() const {
         for (const auto& text : warm->second) {
           const Expr value = Expr::parse(text, {});
           auto extended = combo;
-          extended.emplace_back(param.name, detail::specialization_text(
-                                              value.kind(), *detail::literal_value(value)));
+          extended.emplace_back(
+            param.name, detail::specialization_text(value.kind(), *detail::literal_value(value)));
           next.push_back(std::move(extended));
         }
       }

@@ -45,10 +45,10 @@ struct KernelDecl {
 };
 
 struct OutputDecl {
-  std::vector<std::string> shape;                       // size expressions, or empty with `like`
-  std::string like;                                     // a tensor argument whose shape to copy
+  std::vector<std::string> shape;                         // size expressions, or empty with `like`
+  std::string like;                                       // a tensor argument whose shape to copy
   std::vector<std::pair<std::int64_t, std::string>> dims; // with `like`: dims replaced
-  std::string dtype;                                    // a dtype expression; default like's
+  std::string dtype;                                      // a dtype expression; default like's
 };
 
 struct OpDecl {
@@ -62,8 +62,8 @@ struct OpDecl {
   std::vector<std::string> grid;
   std::vector<std::string> block;
   std::string shared_mem = "0";
-  std::vector<std::pair<std::string, std::string>> specialize;           // placeholder -> expr
-  std::vector<std::pair<std::string, std::vector<std::string>>> warm;   // placeholder -> values
+  std::vector<std::pair<std::string, std::string>> specialize;        // placeholder -> expr
+  std::vector<std::pair<std::string, std::vector<std::string>>> warm; // placeholder -> values
   std::string cpu; // a function of the package's __init__.py, or empty
 };
 

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-
 namespace kjit::detail {
 
 std::string to_hex(const Digest& digest) {
