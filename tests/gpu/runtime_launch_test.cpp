@@ -128,3 +128,29 @@ TEST_CASE("PTX for an older virtual arch loads and runs (the path for GPUs newer
     REQUIRE(values[i] == 100 + i);
   }
 }
+
+TEST_CASE("the vectorized img2gray kernel matches the reference, aligned or not", "[gpu]") {
+  kjit::Runtime runtime(kjit::RuntimeOptions{.disable_cache = true});
+  const auto kernel =
+    runtime.kernel(kjit::Program::from_file(img2gray_path()), "img2gray_vec_kernel");
+  for (long long pixels : {1LL, 15LL, 16LL, 17LL, 1000003LL}) {
+    for (int offset : {0, 1}) {
+      CAPTURE(pixels, offset);
+      const auto rgb = random_bytes(std::size_t(pixels) * 3, unsigned(pixels) + offset);
+      kjit::DeviceBuffer in(rgb.size() + 3 * offset);
+      kjit::DeviceBuffer out(std::size_t(pixels) + offset);
+      std::vector<unsigned char> padded(3 * offset, 0);
+      padded.insert(padded.end(), rgb.begin(), rgb.end());
+      in.upload(padded.data(), padded.size());
+      out.fill(0x5A);
+      const long long groups = (pixels + 15) / 16;
+      kernel.launch({kjit::cdiv(groups, 256)}, {256}, 0, nullptr, in.get() + 3 * offset,
+                    out.get() + offset, pixels);
+      kjit::synchronize();
+      std::vector<unsigned char> gray(std::size_t(pixels) + offset);
+      out.download(gray.data(), gray.size());
+      CHECK(std::vector<unsigned char>(gray.begin() + offset, gray.end()) ==
+            img2gray_reference(rgb));
+    }
+  }
+}

@@ -73,3 +73,19 @@ def test_runs_on_the_current_stream(img2gray):
         out = img2gray.img2gray(image)
     stream.synchronize()
     assert torch.equal(out.cpu(), reference(image))
+
+
+@cuda
+def test_cuda_unaligned_image_takes_the_bytewise_path(img2gray):
+    # A view starting one pixel into a buffer: its pointer is not 16-byte aligned.
+    base = random_image(65, 97, "cuda")
+    image = base.view(-1, 3)[1:].reshape(64 * 97 + 96, 1, 3)[: 64 * 97].reshape(64, 97, 3)
+    assert image.data_ptr() % 16 != 0 and image.is_contiguous()
+    assert torch.equal(img2gray.img2gray(image).cpu(), reference(image))
+
+
+@cuda
+@pytest.mark.parametrize("pixels", [15, 16, 17, 4095, 4096, 4097])
+def test_cuda_tails_of_the_16_pixel_groups(img2gray, pixels):
+    image = random_image(1, pixels, "cuda")
+    assert torch.equal(img2gray.img2gray(image).cpu(), reference(image))
