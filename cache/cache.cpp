@@ -2,6 +2,8 @@
 
 #include "cache/sqlite_store.hpp"
 
+#include <kjit/error.hpp>
+
 namespace kjit {
 
 Cache::Cache(std::unique_ptr<detail::SqliteStore> store) : m_store(std::move(store)) {}
@@ -32,6 +34,48 @@ void Cache::flush() {
   if (m_store != nullptr) {
     m_store->flush();
   }
+}
+
+detail::SqliteStore& Cache::require() const {
+  if (m_store == nullptr) {
+    throw CacheError("no kernel cache is in use (KJIT_DISABLE_CACHE, or the cache directory "
+                     "could not be used: see the warning above)");
+  }
+  return *m_store;
+}
+
+VerifyReport Cache::verify(bool fix) {
+  return require().verify(fix);
+}
+
+std::uint64_t Cache::prune(std::optional<std::uint64_t> max_size,
+                           std::optional<std::int64_t> older_than_seconds) {
+  return require().prune(max_size, older_than_seconds);
+}
+
+void Cache::clear() {
+  require().clear();
+}
+
+std::uint64_t Cache::export_to(const std::filesystem::path& file,
+                               const std::vector<std::string>& archs) {
+  return require().export_to(file, archs);
+}
+
+std::uint64_t Cache::import_from(const std::filesystem::path& file) {
+  return require().import_from(file);
+}
+
+std::vector<std::filesystem::path> Cache::read_only_paths() const {
+  std::vector<std::filesystem::path> paths;
+  for (const auto& store : m_read_only) {
+    paths.push_back(store->path());
+  }
+  return paths;
+}
+
+void Cache::add_read_only(std::unique_ptr<detail::SqliteStore> store) {
+  m_read_only.push_back(std::move(store));
 }
 
 } // namespace kjit

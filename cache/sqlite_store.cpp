@@ -225,6 +225,29 @@ std::unique_ptr<SqliteStore> SqliteStore::open(const std::filesystem::path& dir,
   return nullptr;
 }
 
+std::unique_ptr<SqliteStore> SqliteStore::open_file_read_only(const std::filesystem::path& file) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) {
+    log(LogLevel::warning, "read-only kernel cache '{}' does not exist; skipping it",
+        file.string());
+    return nullptr;
+  }
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      auto store = std::unique_ptr<SqliteStore>(
+        new SqliteStore(file, open_database(file, false, attempt > 0), true, 0));
+      store->prepare();
+      return store;
+    } catch (const SqliteFailure& failure) {
+      if (attempt == 1) {
+        log(LogLevel::warning, "cannot use read-only kernel cache '{}': {}; skipping it",
+            file.string(), failure.message);
+      }
+    }
+  }
+  return nullptr;
+}
+
 SqliteStore::SqliteStore(std::filesystem::path path, Database db, bool read_only,
                          std::uint64_t max_size)
   : m_path(std::move(path)), m_db(std::move(db)), m_read_only(read_only), m_max_size(max_size) {}
@@ -464,12 +487,12 @@ void SqliteStore::write_pending() {
   }
 }
 
-void SqliteStore::evict(const std::string& keep) {
+std::uint64_t SqliteStore::evict(const std::string& keep) {
   Statement total_query(m_db, "SELECT COALESCE(SUM(size), 0) FROM entries");
   total_query.step();
   auto total = static_cast<std::uint64_t>(total_query.column_int(0));
   if (total <= m_max_size) {
-    return;
+    return 0;
   }
   Statement oldest(m_db, "SELECT key, size FROM entries WHERE key != ?1 "
                          "ORDER BY last_used_ms ASC, created_ms ASC");
@@ -493,6 +516,7 @@ void SqliteStore::evict(const std::string& keep) {
   add.run();
   log(LogLevel::info, "evicted {} kernel cache entries to stay under {}", victims.size(),
       format_size(m_max_size));
+  return victims.size();
 }
 
 void SqliteStore::warn_write_failure(const SqliteFailure& failure) {
@@ -571,7 +595,7 @@ std::vector<CacheEntryInfo> SqliteStore::entries() const {
       e.driver_version = static_cast<int>(query.column_int(5));
       e.options = query.column_text(6);
       for (auto& [expression, lowered] : decode_lowered(query.column_text(7))) {
-        e.kernels.push_back(lowered);
+        e.kernels.push_back(expression);
       }
       e.size = static_cast<std::uint64_t>(query.column_int(8));
       e.compile_ms = query.column_double(9);
@@ -589,6 +613,218 @@ std::vector<CacheEntryInfo> SqliteStore::entries() const {
       fmt::format("cannot list kernel cache '{}': {}", m_path.string(), failure.message));
   }
   return result;
+}
+
+void SqliteStore::require_writable(const char* what) const {
+  if (m_read_only) {
+    throw CacheError(
+      fmt::format("cannot {} kernel cache '{}': it is read-only", what, m_path.string()));
+  }
+}
+
+void SqliteStore::fail(const char* what, const SqliteFailure& failure) const {
+  throw CacheError(
+    fmt::format("cannot {} kernel cache '{}': {}", what, m_path.string(), failure.message));
+}
+
+VerifyReport SqliteStore::verify(bool fix) {
+  if (fix) {
+    require_writable("fix");
+  }
+  std::lock_guard lock(m_mutex);
+  VerifyReport report;
+  try {
+    Statement integrity(m_db, "PRAGMA integrity_check");
+    while (integrity.step()) {
+      const std::string line = integrity.column_text(0);
+      if (line != "ok") {
+        report.integrity.push_back(line);
+      }
+    }
+    Statement rows(m_db, "SELECT key, kind, lowered_names, blob, checksum FROM entries");
+    while (rows.step()) {
+      ++report.checked;
+      const std::string key = rows.column_text(0);
+      if (checksum(key, rows.column_text(1), rows.column_text(2), rows.column_blob(3)) !=
+          rows.column_int(4)) {
+        report.bad_entries.push_back(key);
+      }
+    }
+    rows.reset();
+    if (fix && !report.bad_entries.empty()) {
+      m_db.exec("BEGIN IMMEDIATE");
+      Statement remove(m_db, "DELETE FROM entries WHERE key = ?1");
+      for (const auto& key : report.bad_entries) {
+        remove.bind(1, key);
+        remove.run();
+        report.removed += static_cast<std::uint64_t>(sqlite3_changes(m_db.get()));
+        m_pending_hits.erase(key);
+      }
+      m_db.exec("COMMIT");
+    }
+  } catch (const SqliteFailure& failure) {
+    sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    fail("verify", failure);
+  }
+  return report;
+}
+
+std::uint64_t SqliteStore::prune(std::optional<std::uint64_t> max_size,
+                                 std::optional<std::int64_t> older_than_seconds) {
+  require_writable("prune");
+  std::lock_guard lock(m_mutex);
+  std::uint64_t removed = 0;
+  try {
+    write_pending_transaction();
+    m_db.exec("BEGIN IMMEDIATE");
+    if (older_than_seconds) {
+      Statement old(m_db, "DELETE FROM entries WHERE last_used_ms < ?1");
+      old.bind(1, now_ms() - *older_than_seconds * 1000);
+      old.run();
+      removed += static_cast<std::uint64_t>(sqlite3_changes(m_db.get()));
+    }
+    if (max_size) {
+      const std::uint64_t saved = m_max_size;
+      m_max_size = *max_size;
+      removed += evict("");
+      m_max_size = saved;
+    }
+    m_db.exec("COMMIT");
+  } catch (const SqliteFailure& failure) {
+    sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    fail("prune", failure);
+  }
+  return removed;
+}
+
+void SqliteStore::clear() {
+  require_writable("clear");
+  std::lock_guard lock(m_mutex);
+  try {
+    m_db.exec("BEGIN IMMEDIATE");
+    m_db.exec("DELETE FROM entries; DELETE FROM stats;");
+    m_db.exec("COMMIT");
+    m_db.exec("VACUUM");
+    m_pending = {};
+    m_pending_hits.clear();
+  } catch (const SqliteFailure& failure) {
+    sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    fail("clear", failure);
+  }
+}
+
+std::uint64_t SqliteStore::export_to(const std::filesystem::path& file,
+                                     const std::vector<std::string>& archs) {
+  std::lock_guard lock(m_mutex);
+  std::error_code ec;
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+    std::filesystem::remove(file.string() + suffix, ec);
+  }
+  try {
+    {
+      // A plain rollback-journal database: one self-contained file to copy into an image.
+      Database target = open_database(file, true, false);
+      target.exec(k_schema);
+    }
+    Statement attach(m_db, "ATTACH DATABASE ?1 AS export");
+    attach.bind(1, file.string());
+    attach.run();
+    std::string sql = "INSERT INTO export.entries SELECT * FROM main.entries";
+    if (!archs.empty()) {
+      sql += " WHERE arch IN (";
+      for (std::size_t i = 0; i < archs.size(); ++i) {
+        sql += fmt::format("{}?{}", i == 0 ? "" : ", ", i + 1);
+      }
+      sql += ")";
+    }
+    std::uint64_t written = 0;
+    try {
+      Statement copy(m_db, sql.c_str());
+      for (std::size_t i = 0; i < archs.size(); ++i) {
+        copy.bind(static_cast<int>(i + 1), archs[i]);
+      }
+      copy.run();
+      written = static_cast<std::uint64_t>(sqlite3_changes(m_db.get()));
+    } catch (...) {
+      sqlite3_exec(m_db.get(), "DETACH DATABASE export", nullptr, nullptr, nullptr);
+      throw;
+    }
+    m_db.exec("DETACH DATABASE export");
+    return written;
+  } catch (const SqliteFailure& failure) {
+    throw CacheError(fmt::format("cannot export kernel cache '{}' to '{}': {}", m_path.string(),
+                                 file.string(), failure.message));
+  }
+}
+
+std::uint64_t SqliteStore::import_from(const std::filesystem::path& file) {
+  require_writable("import into");
+  auto source = open_file_read_only(file);
+  if (!source) {
+    throw CacheError(fmt::format("cannot import '{}': not a readable kjit store of schema "
+                                 "version {}",
+                                 file.string(), k_store_schema_version));
+  }
+  std::lock_guard lock(m_mutex);
+  std::uint64_t added = 0;
+  std::uint64_t skipped = 0;
+  try {
+    Statement rows(source->m_db, "SELECT * FROM entries");
+    m_db.exec("BEGIN IMMEDIATE");
+    Statement insert(m_db, "INSERT OR IGNORE INTO entries VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+                           "?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)");
+    while (rows.step()) {
+      const std::string key = rows.column_text(0);
+      // Columns: key name kind arch nvrtc driver options lowered blob checksum size compile_ms
+      // created last_used hits log.
+      if (checksum(key, rows.column_text(2), rows.column_text(7), rows.column_blob(8)) !=
+          rows.column_int(9)) {
+        ++skipped;
+        continue;
+      }
+      for (int c = 0; c < 16; ++c) {
+        const int type = sqlite3_column_type(rows.get(), c);
+        if (type == SQLITE_INTEGER) {
+          insert.bind(c + 1, rows.column_int(c));
+        } else if (type == SQLITE_FLOAT) {
+          insert.bind(c + 1, rows.column_double(c));
+        } else if (type == SQLITE_BLOB) {
+          insert.bind_blob(c + 1, rows.column_blob(c));
+        } else {
+          insert.bind(c + 1, rows.column_text(c));
+        }
+      }
+      insert.run();
+      added += static_cast<std::uint64_t>(sqlite3_changes(m_db.get()));
+    }
+    evict("");
+    m_db.exec("COMMIT");
+  } catch (const SqliteFailure& failure) {
+    sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    throw CacheError(fmt::format("cannot import '{}' into kernel cache '{}': {}", file.string(),
+                                 m_path.string(), failure.message));
+  }
+  if (skipped > 0) {
+    log(LogLevel::warning, "skipped {} entries of '{}' that fail their checksum", skipped,
+        file.string());
+  }
+  return added;
+}
+
+void SqliteStore::write_pending_transaction() {
+  if (m_read_only || m_writes_failed) {
+    return;
+  }
+  m_db.exec("BEGIN IMMEDIATE");
+  try {
+    write_pending();
+    m_db.exec("COMMIT");
+    m_pending = {};
+    m_pending_hits.clear();
+  } catch (...) {
+    sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
 }
 
 } // namespace kjit::detail

@@ -57,6 +57,8 @@ public:
   // With `read_only`, the store is never written even where it could be.
   static std::unique_ptr<SqliteStore> open(const std::filesystem::path& dir, std::uint64_t max_size,
                                            bool read_only = false);
+  // Opens the store file `file` read-only (a baked store); nullptr after a warning when it cannot.
+  static std::unique_ptr<SqliteStore> open_file_read_only(const std::filesystem::path& file);
   ~SqliteStore();
   SqliteStore(const SqliteStore&) = delete;
   SqliteStore& operator=(const SqliteStore&) = delete;
@@ -84,6 +86,13 @@ public:
   void flush() noexcept;
 
   CacheStats stats() const;
+  // Cache management (kjit cache ...); these throw CacheError.
+  VerifyReport verify(bool fix);
+  std::uint64_t prune(std::optional<std::uint64_t> max_size,
+                      std::optional<std::int64_t> older_than_seconds);
+  void clear();
+  std::uint64_t export_to(const std::filesystem::path& file, const std::vector<std::string>& archs);
+  std::uint64_t import_from(const std::filesystem::path& file);
   std::vector<CacheEntryInfo> entries() const;
   bool read_only() const noexcept { return m_read_only; }
   const std::filesystem::path& path() const noexcept { return m_path; }
@@ -94,9 +103,12 @@ private:
   bool ready() const; // WAL mode and the schema are in place
   template <class F>
   void with_busy_retry(F&& work);
-  void write_pending(); // inside a write transaction; m_mutex held
-  void evict(const std::string& keep);
+  void write_pending();                         // inside a write transaction; m_mutex held
+  std::uint64_t evict(const std::string& keep); // returns the number removed
+  void write_pending_transaction();
   void warn_write_failure(const SqliteFailure& failure);
+  void require_writable(const char* what) const;
+  [[noreturn]] void fail(const char* what, const SqliteFailure& failure) const;
 
   std::filesystem::path m_path;
   Database m_db;

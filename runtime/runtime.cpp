@@ -57,10 +57,33 @@ std::uint64_t resolve_max_size(const RuntimeOptions& options) {
   return detail::k_default_max_size;
 }
 
+bool cache_disabled(const RuntimeOptions& options) {
+  return options.disable_cache.value_or(false) || detail::env_flag("KJIT_DISABLE_CACHE");
+}
+
+std::vector<std::filesystem::path> read_only_cache_paths(const RuntimeOptions& options) {
+  if (options.read_only_caches) {
+    return *options.read_only_caches;
+  }
+  std::vector<std::filesystem::path> paths;
+  if (auto text = detail::getenv_nonempty("KJIT_CACHE_READONLY")) {
+    std::string_view rest = *text;
+    while (!rest.empty()) {
+      const auto colon = rest.find(':');
+      if (colon != 0) {
+        paths.emplace_back(std::string(rest.substr(0, colon)));
+      }
+      if (colon == std::string_view::npos) {
+        break;
+      }
+      rest.remove_prefix(colon + 1);
+    }
+  }
+  return paths;
+}
+
 std::unique_ptr<detail::SqliteStore> open_store(const RuntimeOptions& options) {
-  const bool disabled =
-    options.disable_cache.value_or(false) || detail::env_flag("KJIT_DISABLE_CACHE");
-  if (disabled) {
+  if (cache_disabled(options)) {
     return nullptr;
   }
   return detail::SqliteStore::open(options.cache_dir.value_or(detail::default_cache_dir()),
@@ -90,7 +113,17 @@ std::vector<std::pair<std::string, std::string>> nvrtc_headers(const Program& pr
 } // namespace
 
 struct Runtime::Impl {
-  explicit Impl(RuntimeOptions o) : options(std::move(o)), cache(open_store(options)) {}
+  explicit Impl(RuntimeOptions o) : options(std::move(o)), cache(open_store(options)) {
+    if (!cache_disabled(options)) {
+      for (const auto& path : read_only_cache_paths(options)) {
+        std::error_code ec;
+        const auto file = std::filesystem::is_directory(path, ec) ? detail::store_file(path) : path;
+        if (auto store = detail::SqliteStore::open_file_read_only(file)) {
+          cache.add_read_only(std::move(store));
+        }
+      }
+    }
+  }
 
   RuntimeOptions options;
   Cache cache;
@@ -158,8 +191,8 @@ struct Runtime::Impl {
                                        const std::string& key_hex) {
     store_hits.fetch_add(1, std::memory_order_relaxed);
     auto compiled = std::make_shared<Compiled>();
-    compiled->binary =
-      Binary{target, stored.blob, stored.lowered_names, stored.log, stored.compile_ms, key_hex};
+    compiled->binary = Binary{
+      target, stored.blob, stored.lowered_names, stored.log, stored.compile_ms, key_hex, true};
     return compiled;
   }
 
@@ -170,17 +203,26 @@ struct Runtime::Impl {
     auto lookup = detail::SqliteStore::Lookup::miss;
     detail::LockGuard guard;
     detail::StoredBinary stored;
+    using Lookup = detail::SqliteStore::Lookup;
     if (store != nullptr) {
-      using Lookup = detail::SqliteStore::Lookup;
       lookup = store->get(key_hex, stored);
-      if (lookup != Lookup::hit) {
-        // Processes that miss together compile once: the first holds the key's lock while it
-        // compiles and stores; the others then find the entry.
-        guard = store->lock_key(digest[1]);
-        if (guard) {
-          const auto again = store->get(key_hex, stored);
-          lookup = again == Lookup::miss ? lookup : again;
-        }
+      if (lookup == Lookup::hit) {
+        return from_store(stored, target, key_hex);
+      }
+    }
+    // Read-only stores (baked into an image) are searched after the writable one.
+    for (const auto& read_only : cache.read_only_stores()) {
+      if (read_only->get(key_hex, stored) == Lookup::hit) {
+        return from_store(stored, target, key_hex);
+      }
+    }
+    if (store != nullptr) {
+      // Processes that miss together compile once: the first holds the key's lock while it
+      // compiles and stores; the others then find the entry.
+      guard = store->lock_key(digest[1]);
+      if (guard) {
+        const auto again = store->get(key_hex, stored);
+        lookup = again == Lookup::miss ? lookup : again;
       }
       if (lookup == Lookup::corrupt) {
         store->count_corrupt(key_hex);

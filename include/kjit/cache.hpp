@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,7 @@ struct CacheEntryInfo {
   std::string nvrtc_version;        // "13.0"
   int driver_version = 0;           // e.g. 13000
   std::string options;              // canonical options, space separated
-  std::vector<std::string> kernels; // lowered names stored with the binary
+  std::vector<std::string> kernels; // the name expressions compiled (templates), if any
   std::uint64_t size = 0;           // bytes
   double compile_ms = 0;
   std::int64_t created = 0;   // unix seconds
@@ -56,7 +57,17 @@ struct CacheEntryInfo {
   std::uint64_t hits = 0;
 };
 
-// A view of a runtime's store. Owned by its `Runtime`.
+// What `Cache::verify` found.
+struct VerifyReport {
+  std::uint64_t checked = 0;            // entries read
+  std::vector<std::string> bad_entries; // keys whose checksum did not match
+  std::vector<std::string> integrity;   // problems PRAGMA integrity_check reported ("ok" = none)
+  std::uint64_t removed = 0;            // bad entries removed (with `fix`)
+  bool ok() const noexcept { return bad_entries.empty() && integrity.empty(); }
+};
+
+// A view of a runtime's store (the writable one, `KJIT_CACHE_DIR`) and of the read-only stores
+// searched after it (`KJIT_CACHE_READONLY`). Owned by its `Runtime`.
 class Cache {
 public:
   explicit Cache(std::unique_ptr<detail::SqliteStore> store);
@@ -77,11 +88,36 @@ public:
   // Writes pending hit counts and last-used times now (also done when the runtime goes away).
   void flush();
 
-  // Internal: the store, or nullptr.
+  // Checks every entry's checksum and SQLite's integrity; with `fix`, removes bad entries.
+  // Throws `CacheError` when the store cannot be read (or written, with `fix`).
+  VerifyReport verify(bool fix);
+  // Removes least recently used entries until the store is at most `max_size` bytes, and entries
+  // unused for `older_than_seconds` (when given). Returns the number removed.
+  std::uint64_t prune(std::optional<std::uint64_t> max_size,
+                      std::optional<std::int64_t> older_than_seconds);
+  // Removes every entry and resets the statistics.
+  void clear();
+  // Writes the entries for `archs` (all when empty; names as in `CacheEntryInfo::arch`) into a
+  // new standalone store file `file` (to bake into an image). Returns the number written.
+  std::uint64_t export_to(const std::filesystem::path& file, const std::vector<std::string>& archs);
+  // Merges the valid entries of the store file `file` (checksums verified; present keys kept).
+  // Returns the number added.
+  std::uint64_t import_from(const std::filesystem::path& file);
+
+  // The read-only stores searched after this one, in order.
+  std::vector<std::filesystem::path> read_only_paths() const;
+
+  // Internal: the writable store, or nullptr; the read-only ones.
   detail::SqliteStore* store() const noexcept { return m_store.get(); }
+  const std::vector<std::unique_ptr<detail::SqliteStore>>& read_only_stores() const noexcept {
+    return m_read_only;
+  }
+  void add_read_only(std::unique_ptr<detail::SqliteStore> store);
 
 private:
+  detail::SqliteStore& require() const;
   std::unique_ptr<detail::SqliteStore> m_store;
+  std::vector<std::unique_ptr<detail::SqliteStore>> m_read_only;
 };
 
 } // namespace kjit

@@ -18,3 +18,4 @@
 #include <kjit/package.hpp>
 #include <kjit/program.hpp>
 #include <kjit/runtime.hpp>
+#include <kjit/warm.hpp>

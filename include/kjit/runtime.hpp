@@ -37,6 +37,7 @@ struct Binary {
   std::string log;                                                // NVRTC's log (warnings)
   double compile_ms = 0;                                          // time of the NVRTC compile
   std::string key;                                                // the cache key, 32 hex digits
+  bool cached = false; // found in a store, not compiled by this runtime
 };
 
 // How a `Runtime` is set up. Each field left empty takes the environment's or the default value.
@@ -49,6 +50,9 @@ struct RuntimeOptions {
   // Open the store read-only even where it could be written (a store baked into an image):
   // kernels found there are used, kernels compiled stay in memory.
   bool cache_read_only = false;
+  // Read-only stores searched after the writable one (store files, or folders holding one): else
+  // `KJIT_CACHE_READONLY` (paths separated by ':').
+  std::optional<std::vector<std::filesystem::path>> read_only_caches;
   // The store's size limit in bytes: else `KJIT_CACHE_MAX_SIZE` ("2G", "500M", bytes), else 2 GiB.
   std::optional<std::uint64_t> max_cache_size;
   // The arch to compile kernels for instead of the device's.

@@ -1,3 +1,4 @@
+#include <kjit/error.hpp>
 #include <kjit/runtime.hpp>
 
 #include "cache/sqlite.hpp"
@@ -260,4 +261,82 @@ TEST_CASE("8 processes starting together on an empty store compile a kernel once
   kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = dir / "cache"});
   CHECK(runtime.cache().stats().compiles == 1);
   CHECK(runtime.cache().stats().entries == 1);
+}
+
+TEST_CASE("verify reports a corrupted entry and --fix removes it", "[store]") {
+  TempDir dir;
+  kjit::test::LogCapture logs;
+  {
+    kjit::Runtime runtime(at(dir));
+    runtime.compile(tiny(1), k_sm90);
+    runtime.compile(tiny(2), k_sm90);
+  }
+  kjit::Runtime runtime(at(dir));
+  CHECK(runtime.cache().verify(false).ok());
+  const std::string key = runtime.key(tiny(2), k_sm90);
+  tamper(dir,
+         ("UPDATE entries SET blob = zeroblob(length(blob)) WHERE key = '" + key + "'").c_str());
+  const auto report = runtime.cache().verify(false);
+  CHECK(report.checked == 2);
+  CHECK(report.bad_entries == std::vector<std::string>{key});
+  CHECK(report.integrity.empty());
+  CHECK(runtime.cache().entries().size() == 2);
+  const auto fixed = runtime.cache().verify(true);
+  CHECK(fixed.removed == 1);
+  CHECK(runtime.cache().entries().size() == 1);
+  CHECK(runtime.cache().verify(false).ok());
+}
+
+TEST_CASE("export writes a standalone store that import merges, skipping bad rows", "[store]") {
+  TempDir dir;
+  {
+    kjit::Runtime runtime(at(dir));
+    runtime.compile(tiny(1), k_sm90);
+    runtime.compile(tiny(1), kjit::Target{kjit::Arch{8, 0}});
+  }
+  kjit::Runtime runtime(at(dir));
+  CHECK(runtime.cache().export_to(dir / "all.sqlite", {}) == 2);
+  CHECK(runtime.cache().export_to(dir / "sm90.sqlite", {"sm_90"}) == 1);
+  TempDir fresh;
+  kjit::Runtime other(at(fresh));
+  CHECK(other.cache().import_from(dir / "sm90.sqlite") == 1);
+  CHECK(other.cache().import_from(dir / "all.sqlite") == 1); // sm_90 is already there
+  CHECK(other.cache().verify(false).ok());
+  other.compile(tiny(1), k_sm90);
+  CHECK(other.stats().store_hits == 1);
+  CHECK(other.stats().compiles == 0);
+  CHECK_THROWS_AS(other.cache().import_from(dir / "missing.sqlite"), kjit::CacheError);
+}
+
+TEST_CASE("read-only stores are searched after the writable one and never written", "[store]") {
+  TempDir baked;
+  { kjit::Runtime(at(baked)).compile(tiny(1), k_sm90); }
+  TempDir writable;
+  auto options = at(writable);
+  options.read_only_caches = std::vector<std::filesystem::path>{baked.path()};
+  kjit::Runtime runtime(options);
+  REQUIRE(runtime.cache().read_only_paths().size() == 1);
+  const auto binary = runtime.compile(tiny(1), k_sm90);
+  CHECK(binary.cached);
+  CHECK(runtime.stats().compiles == 0);
+  runtime.compile(tiny(2), k_sm90); // compiled: goes to the writable store
+  CHECK(runtime.stats().compiles == 1);
+  CHECK(runtime.cache().entries().size() == 1);
+  kjit::Runtime baked_view(at(baked));
+  CHECK(baked_view.cache().entries().size() == 1);
+}
+
+TEST_CASE("prune by size and clear", "[store]") {
+  TempDir dir;
+  kjit::Runtime runtime(at(dir));
+  for (int i = 0; i < 4; ++i) {
+    runtime.compile(tiny(i), k_sm90);
+  }
+  CHECK(runtime.cache().prune(std::nullopt, 3600) == 0);
+  const auto size = runtime.cache().stats().size_bytes;
+  CHECK(runtime.cache().prune(size / 2, std::nullopt) >= 2);
+  CHECK(runtime.cache().stats().size_bytes <= size / 2);
+  runtime.cache().clear();
+  CHECK(runtime.cache().entries().empty());
+  CHECK(runtime.cache().stats().compiles == 0);
 }

@@ -1,0 +1,3 @@
+from kjit._cli import main
+
+main()

@@ -1,0 +1,181 @@
+"""The kjit command, end to end: the installed console script over the C++ tool."""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import kjit
+
+SHIPPED = 14  # activation: 2 ops x 3 dtypes; img2gray: 1 (each for one arch) -> x2 archs = 14
+
+
+def run(*args, cache=None, env=None, check=None):
+    environment = dict(os.environ)
+    if cache is not None:
+        environment["KJIT_CACHE_DIR"] = str(cache)
+    environment.update(env or {})
+    result = subprocess.run(
+        [sys.executable, "-m", "kjit", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+    )
+    if check is not None:
+        assert result.returncode == check, result.stdout + result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    result = run("warm", "img2gray", "activation", "--arch", "sm_80,sm_90", "-j", "2", cache=cache, check=0)
+    assert f"{SHIPPED} compiled, 0 already cached, 0 failed" in result.stdout
+    return cache
+
+
+def test_second_warm_finds_everything_cached(warmed):
+    result = run("warm", "img2gray", "activation", "--arch", "sm_80,sm_90", cache=warmed, check=0)
+    assert f"0 compiled, {SHIPPED} already cached, 0 failed" in result.stdout
+
+
+def test_warm_without_arch_or_gpu_is_a_usage_error(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: its arch is used")
+    result = run("warm", "img2gray", cache=tmp_path, check=2)
+    assert "--arch sm_80,sm_90" in result.stderr
+    assert "Usage:" in result.stderr
+
+
+def test_warm_failure_lists_the_compile_error(tmp_path):
+    package = tmp_path / "broken"
+    package.mkdir()
+    (package / "k.cu").write_text('extern "C" __global__ void k(float* x) { oops; }\n')
+    (package / "kernel.toml").write_text(
+        '[package]\nname = "broken"\nversion = "1.0.0"\n[kernel.k]\nsource = "k.cu"\nentry = "k"\n'
+        '[op.f]\nschema = "f(Tensor x) -> Tensor"\nkernel = "k"\noutputs = [{ like = "x" }]\n'
+        'args = ["out0"]\ngrid = [1]\nblock = [1]\n'
+    )
+    result = run("warm", package, "--arch", "sm_90", cache=tmp_path / "cache", check=1)
+    assert "0 compiled, 0 already cached, 1 failed" in result.stdout
+    assert "k.cu(1): error" in result.stderr
+
+
+def test_unknown_package_and_subcommand(tmp_path):
+    assert "no kernel package 'nope'" in run("warm", "nope", "--arch", "sm_90", cache=tmp_path, check=1).stderr
+    run("bogus", check=2)
+    run(check=2)
+
+
+def test_stats_and_ls(warmed):
+    stats = json.loads(run("cache", "stats", "--json", cache=warmed, check=0).stdout)
+    assert stats["stats"]["entries"] == SHIPPED
+    assert stats["stats"]["compiles"] == SHIPPED
+    entries = json.loads(run("cache", "ls", "--json", cache=warmed, check=0).stdout)
+    assert len(entries) == SHIPPED
+    assert {e["arch"] for e in entries} == {"sm_80", "sm_90"}
+    assert "silu_and_mul_kernel<__half>" in {k for e in entries for k in e["kernels"]}
+    text = run("cache", "ls", cache=warmed, check=0).stdout
+    assert "img2gray.cu" in text and f"{SHIPPED} entries" in text
+
+
+def test_verify_finds_and_fixes_a_corrupted_entry(tmp_path):
+    cache = tmp_path / "cache"
+    run("warm", "img2gray", "--arch", "sm_90", cache=cache, check=0)
+    assert run("cache", "verify", cache=cache, check=0).stdout.strip().endswith("ok")
+    db = sqlite3.connect(cache / "kjit-v1.sqlite")
+    (key,) = db.execute("SELECT key FROM entries").fetchone()
+    db.execute("UPDATE entries SET blob = zeroblob(length(blob)) WHERE key = ?", (key,))
+    db.commit()
+    db.close()
+    report = json.loads(run("cache", "verify", "--json", cache=cache, check=1).stdout)
+    assert report["bad_entries"] == [key] and not report["ok"]
+    fixed = run("cache", "verify", "--fix", cache=cache, check=0)
+    assert "(removed)" in fixed.stdout
+    assert json.loads(run("cache", "ls", "--json", cache=cache, check=0).stdout) == []
+
+
+def test_prune_and_clear(tmp_path):
+    cache = tmp_path / "cache"
+    run("warm", "activation", "--arch", "sm_90", cache=cache, check=0)
+    run("cache", "prune", cache=cache, check=2)
+    run("cache", "prune", "--max-size", "lots", cache=cache, check=2)
+    run("cache", "prune", "--older-than", "30d", cache=cache, check=0)
+    assert len(json.loads(run("cache", "ls", "--json", cache=cache, check=0).stdout)) == 6
+    run("cache", "prune", "--max-size", "20K", cache=cache, check=0)
+    left = json.loads(run("cache", "ls", "--json", cache=cache, check=0).stdout)
+    assert 0 < len(left) < 6 and sum(e["size"] for e in left) <= 20 * 1024
+    run("cache", "clear", cache=cache, check=0)
+    assert json.loads(run("cache", "ls", "--json", cache=cache, check=0).stdout) == []
+
+
+def test_deploy_recipe_export_import_verify_and_read_only_use(warmed, tmp_path):
+    """The README's container recipe as far as a CPU machine goes."""
+    baked = tmp_path / "image" / "kjit-baked.sqlite"
+    baked.parent.mkdir()
+    assert "exported 7 entries" in run("cache", "export", baked, "--arch", "sm_90", cache=warmed, check=0).stdout
+    fresh = tmp_path / "fresh"
+    assert "imported 7 new entries" in run("cache", "import", baked, cache=fresh, check=0).stdout
+    assert run("cache", "verify", cache=fresh, check=0).stdout.strip().endswith("ok")
+    # At run time the baked store is read-only, searched after an empty writable store: a
+    # pre-warmed kernel compiles nothing.
+    os.chmod(baked, 0o444)
+    os.chmod(baked.parent, 0o555)
+    try:
+        info = json.loads(
+            run("info", "--json", cache=tmp_path / "runtime", env={"KJIT_CACHE_READONLY": str(baked)}, check=0).stdout
+        )
+        assert any(s["read_only"] and s["path"] == str(baked) for s in info["stores"])
+        warm = run(
+            "warm", "img2gray", "activation", "--arch", "sm_90",
+            cache=tmp_path / "runtime", env={"KJIT_CACHE_READONLY": str(baked)}, check=0,
+        )
+        assert "0 compiled, 7 already cached" in warm.stdout
+        assert not list(baked.parent.glob("*-wal"))  # never written
+    finally:
+        os.chmod(baked.parent, 0o755)
+        os.chmod(baked, 0o644)
+
+
+def test_info(tmp_path):
+    info = json.loads(run("info", "--json", cache=tmp_path, check=0).stdout)
+    assert info["kjit"] == kjit.__version__
+    assert info["nvrtc"].startswith("13.")
+    assert "sm_90" in info["nvrtc_archs"]
+    assert {"img2gray", "activation"} <= {p.get("name") for p in info["packages"]}
+    text = run("info", cache=tmp_path, check=0).stdout
+    assert "NVRTC" in text and "img2gray 1.0.0" in text
+
+
+def test_compile(tmp_path):
+    source = tmp_path / "axpy.cu"
+    source.write_text('extern "C" __global__ void axpy(float a, float* x) { x[0] *= a; }\n')
+    out = tmp_path / "axpy.cubin"
+    run("compile", source, "--arch", "sm_90", "-o", out, check=0)
+    assert out.read_bytes()[:4] == b"\x7fELF"
+    run("compile", source, "--arch", "sm_90", "--ptx", "-o", tmp_path / "axpy.ptx", check=0)
+    assert ".entry axpy" in (tmp_path / "axpy.ptx").read_text()
+    source.write_text("__global__ void k() { nope(); }\n")
+    failed = run("compile", source, "--arch", "sm_90", check=1)
+    assert "axpy.cu(1): error" in failed.stderr
+    run("compile", source, check=2)  # --arch is required
+
+
+def test_new_scaffolds_a_package_that_warms_and_loads(tmp_path):
+    package = tmp_path / "scaled"
+    run("new", "scaled", package, check=0)
+    assert {p.name for p in package.iterdir()} >= {"kernel.toml", "scaled.cu", "__init__.py", "test_scaled.py"}
+    warm = run("warm", package, "--arch", "sm_90", cache=tmp_path / "cache", check=0)
+    assert "2 compiled" in warm.stdout
+    module = kjit.load(package)
+    x = torch.randn(10)
+    torch.testing.assert_close(module.scaled(x, 2.0, 1.0), 2.0 * x + 1.0)
+    torch.library.opcheck(torch.ops.scaled.scaled.default, (torch.randn(8), 2.0, 1.0))
+    run("new", "scaled", package, check=1)  # exists
+    run("new", "not-a-name", tmp_path / "x", check=2)
