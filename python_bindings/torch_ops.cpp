@@ -193,7 +193,7 @@ public:
 
   // The outputs' sizes and dtypes, from concrete or symbolic sizes.
   template <class Int>
-  void output_shape(std::size_t o, const CallEnv<Int>& env, std::vector<Int>& shape,
+  void output_shape(std::size_t o, const CallEnv<Int>& env, c10::SmallVector<Int, 8>& shape,
                     at::ScalarType& dtype) const {
     const detail::OutputSpec& out = m_spec->outputs[o];
     shape.clear();
@@ -389,7 +389,7 @@ private:
 
     c10::SmallVector<at::Tensor, 4> outputs;
     bool empty = true;
-    std::vector<std::int64_t> shape;
+    c10::SmallVector<std::int64_t, 8> shape; // no allocation per call
     for (std::size_t o = 0; o < spec.outputs.size(); ++o) {
       at::ScalarType dtype{};
       m_state->output_shape(o, env, shape, dtype);
@@ -452,7 +452,7 @@ private:
     CallEnv<c10::SymInt> env;
     m_state->bind_inputs(stack, env);
     c10::SmallVector<at::Tensor, 4> outputs;
-    std::vector<c10::SymInt> shape;
+    c10::SmallVector<c10::SymInt, 8> shape;
     for (std::size_t o = 0; o < spec.outputs.size(); ++o) {
       at::ScalarType dtype{};
       m_state->output_shape(o, env, shape, dtype);
