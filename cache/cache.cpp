@@ -68,14 +68,35 @@ std::uint64_t Cache::import_from(const std::filesystem::path& file) {
 
 std::vector<std::filesystem::path> Cache::read_only_paths() const {
   std::vector<std::filesystem::path> paths;
-  for (const auto& store : m_read_only) {
+  for (const auto& store : read_only_stores()) {
     paths.push_back(store->path());
   }
   return paths;
 }
 
-void Cache::add_read_only(std::unique_ptr<detail::SqliteStore> store) {
+std::vector<std::shared_ptr<detail::SqliteStore>> Cache::read_only_stores() const {
+  std::lock_guard lock(m_read_only_mutex);
+  return m_read_only;
+}
+
+bool Cache::add_read_only_path(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto file = std::filesystem::is_directory(path, ec) ? detail::store_file(path) : path;
+  {
+    std::lock_guard lock(m_read_only_mutex);
+    for (const auto& store : m_read_only) {
+      if (std::filesystem::equivalent(store->path(), file, ec)) {
+        return true;
+      }
+    }
+  }
+  auto store = detail::SqliteStore::open_file_read_only(file);
+  if (!store) {
+    return false;
+  }
+  std::lock_guard lock(m_read_only_mutex);
   m_read_only.push_back(std::move(store));
+  return true;
 }
 
 } // namespace kjit

@@ -8,6 +8,8 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <optional>
+
 #include <fmt/format.h>
 
 #include <climits>
@@ -77,15 +79,18 @@ py::dict stats_dict(const kjit::CacheStats& s) {
 }
 
 // Loads the package at `path`, registers its ops and describes them.
-py::dict load_package(const std::filesystem::path& path) {
+// `ns` is the op namespace (the package's name unless given).
+py::dict load_package(const std::filesystem::path& path, std::optional<std::string> ns) {
   kjit::Package package = kjit::Package::load(path);
+  const std::string op_namespace = ns.value_or(package.name());
   std::vector<std::pair<std::string, std::string>> hidden;
   {
     py::gil_scoped_release release; // registration takes the dispatcher's locks
-    hidden = kjit::torch_layer::register_package(package);
+    hidden = kjit::torch_layer::register_package(package, op_namespace);
   }
   py::dict info;
   info["name"] = package.name();
+  info["namespace"] = op_namespace;
   info["version"] = package.version();
   info["description"] = package.description();
   info["dir"] = package.dir().string();
@@ -255,7 +260,17 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("version", [] { return std::string(kjit::version()); });
   m.def("nvrtc_version", &kjit::nvrtc_version);
-  m.def("load_package", &load_package, py::arg("path"));
+  m.def("load_package", &load_package, py::arg("path"), py::arg("namespace") = py::none());
+  m.def(
+    "package_identity",
+    [](const std::filesystem::path& path) {
+      const kjit::Package package = kjit::Package::load(path);
+      return std::make_pair(package.name(), package.version());
+    },
+    py::arg("path"), "The name and version of the package at `path`; raises ManifestError.");
+  m.def("add_read_only_cache", [](const std::filesystem::path& path) {
+    return kjit::torch_layer::runtime().cache().add_read_only_path(path);
+  });
   m.def("cache_info", [] {
     kjit::Runtime& rt = kjit::torch_layer::runtime();
     py::dict info;

@@ -122,9 +122,9 @@ struct KernelSlot {
 // What every functor of one op shares.
 class OpState {
 public:
-  OpState(Package package, std::shared_ptr<const OpSpec> spec)
-    : m_package(std::move(package)), m_spec(std::move(spec)),
-      m_qualified(m_spec->ns + "::" + m_spec->name) {
+  OpState(Package package, std::shared_ptr<const OpSpec> spec, std::string ns)
+    : m_package(std::move(package)), m_spec(std::move(spec)), m_ns(std::move(ns)),
+      m_qualified(m_ns + "::" + m_spec->name) {
     if (m_spec->symbols.size() > k_max_symbols) {
       throw Error(fmt::format("op '{}' has {} arguments and outputs; kjit ops take at most {}",
                               m_qualified, m_spec->symbols.size(), k_max_symbols));
@@ -257,7 +257,7 @@ public:
   const c10::OperatorHandle& cpu_op() {
     std::call_once(m_cpu_once, [&] {
       m_cpu_op = c10::Dispatcher::singleton().findSchemaOrThrow(
-        (m_spec->ns + "::kjit_cpu_" + m_spec->name).c_str(), "");
+        (m_ns + "::kjit_cpu_" + m_spec->name).c_str(), "");
     });
     return *m_cpu_op;
   }
@@ -265,6 +265,7 @@ public:
 private:
   Package m_package;
   std::shared_ptr<const OpSpec> m_spec;
+  std::string m_ns;
   std::string m_qualified;
   std::mutex m_mutex;
   std::vector<KernelSlot> m_kernels;
@@ -501,23 +502,24 @@ Runtime& runtime() {
   return *r;
 }
 
-std::vector<std::pair<std::string, std::string>> register_package(const Package& package) {
+std::vector<std::pair<std::string, std::string>> register_package(const Package& package,
+                                                                  const std::string& ns) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   const std::string manifest = package.manifest().string();
-  if (auto it = r.namespaces.find(package.name()); it != r.namespaces.end()) {
+  if (auto it = r.namespaces.find(ns); it != r.namespaces.end()) {
     if (it->second != manifest) {
       throw ManifestError(manifest, "package.name", 0, 0,
                           fmt::format("op namespace '{}' is taken by the package at '{}'",
-                                      package.name(), it->second));
+                                      ns, it->second));
     }
   } else {
     // Every op is validated before the namespace is taken, so a failed load can be retried.
     std::vector<std::shared_ptr<OpState>> states;
     for (const auto& spec : package.op_specs()) {
-      states.push_back(std::make_shared<OpState>(package, spec));
+      states.push_back(std::make_shared<OpState>(package, spec, ns));
     }
-    auto library = std::make_unique<torch::Library>(torch::Library::DEF, package.name(),
+    auto library = std::make_unique<torch::Library>(torch::Library::DEF, ns,
                                                     std::nullopt, __FILE__, __LINE__);
     for (const auto& state : states) {
       const OpSpec* spec = &state->spec();
@@ -543,7 +545,7 @@ std::vector<std::pair<std::string, std::string>> register_package(const Package&
       }
     }
     r.libraries.push_back(std::move(library));
-    r.namespaces.emplace(package.name(), manifest);
+    r.namespaces.emplace(ns, manifest);
   }
   std::vector<std::pair<std::string, std::string>> hidden;
   for (const auto& spec : package.op_specs()) {

@@ -20,8 +20,10 @@ namespace kjit::torch_layer {
 // The runtime the torch layer compiles with (default options, created at first use).
 Runtime& runtime();
 
-// Registers the ops of `package` (once per manifest; the namespace must be free). Returns the
-// names of the hidden CPU ops to implement from Python, as (op, hidden op) pairs.
-std::vector<std::pair<std::string, std::string>> register_package(const Package& package);
+// Registers the ops of `package` under `torch.ops.<ns>` (once per manifest; the namespace must be
+// free). Returns the names of the hidden CPU ops to implement from Python, as (op, hidden op)
+// pairs.
+std::vector<std::pair<std::string, std::string>> register_package(const Package& package,
+                                                                  const std::string& ns);
 
 } // namespace kjit::torch_layer

@@ -116,11 +116,7 @@ struct Runtime::Impl {
   explicit Impl(RuntimeOptions o) : options(std::move(o)), cache(open_store(options)) {
     if (!cache_disabled(options)) {
       for (const auto& path : read_only_cache_paths(options)) {
-        std::error_code ec;
-        const auto file = std::filesystem::is_directory(path, ec) ? detail::store_file(path) : path;
-        if (auto store = detail::SqliteStore::open_file_read_only(file)) {
-          cache.add_read_only(std::move(store));
-        }
+        cache.add_read_only_path(path);
       }
     }
   }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -106,18 +107,19 @@ public:
 
   // The read-only stores searched after this one, in order.
   std::vector<std::filesystem::path> read_only_paths() const;
+  // Adds a read-only store (a store file, or a folder holding one) to search after the others;
+  // returns false (after a warning) when it cannot be opened. Thread-safe.
+  bool add_read_only_path(const std::filesystem::path& path);
 
-  // Internal: the writable store, or nullptr; the read-only ones.
+  // Internal: the writable store, or nullptr; the read-only ones (a snapshot).
   detail::SqliteStore* store() const noexcept { return m_store.get(); }
-  const std::vector<std::unique_ptr<detail::SqliteStore>>& read_only_stores() const noexcept {
-    return m_read_only;
-  }
-  void add_read_only(std::unique_ptr<detail::SqliteStore> store);
+  std::vector<std::shared_ptr<detail::SqliteStore>> read_only_stores() const;
 
 private:
   detail::SqliteStore& require() const;
   std::unique_ptr<detail::SqliteStore> m_store;
-  std::vector<std::unique_ptr<detail::SqliteStore>> m_read_only;
+  mutable std::mutex m_read_only_mutex; // guards m_read_only
+  std::vector<std::shared_ptr<detail::SqliteStore>> m_read_only;
 };
 
 } // namespace kjit

@@ -20,6 +20,7 @@ from typing import Iterable, Sequence
 import torch
 
 from . import _C
+from . import _packages
 from ._errors import (
     CacheError,
     CompileError,
@@ -29,9 +30,14 @@ from ._errors import (
     ManifestError,
     PackageNotFoundError,
 )
+from ._packages import FetchError, LockError
+from ._versions import Range, Version
 
 __all__ = [
     "load",
+    "load_locked",
+    "fetch",
+    "versions",
     "RawKernel",
     "cache_info",
     "search_path",
@@ -42,6 +48,8 @@ __all__ = [
     "DriverError",
     "CacheError",
     "PackageNotFoundError",
+    "LockError",
+    "FetchError",
 ]
 __version__ = _C.version()
 
@@ -50,32 +58,37 @@ _loaded: dict[str, types.ModuleType] = {}  # manifest path -> module
 _impl_libraries: list = []  # torch.library.Library objects kept alive
 
 
-def _installed_kernels() -> Path:
-    """The kernel packages installed with kjit (kernels_src/ of the source tree)."""
-    return Path(_C.__file__).resolve().parent / "kernels"
-
-
 def search_path() -> list[Path]:
-    """Where `load` looks for packages by name: `KJIT_PATH` entries, then kjit's own."""
-    roots = [Path(p) for p in os.environ.get("KJIT_PATH", "").split(os.pathsep) if p]
-    return roots + [_installed_kernels()]
+    """Where `load` looks for packages by name: `KJIT_PATH` folders, the package store
+    (`KJIT_PACKAGES_DIR`), then the packages installed with kjit; then wheels (entry points)."""
+    return _packages.search_path()
 
 
-def _find(name_or_path: str | os.PathLike) -> Path:
-    candidate = Path(name_or_path)
-    if candidate.is_file() and candidate.name == "kernel.toml":
-        return candidate.parent
-    if (candidate / "kernel.toml").is_file():
-        return candidate
-    name = str(name_or_path)
-    for root in search_path():
-        if (root / name / "kernel.toml").is_file():
-            return root / name
-    roots = ", ".join(str(r) for r in search_path())
-    raise PackageNotFoundError(
-        f"no kernel package '{name}': not a folder with a kernel.toml, and not in the search "
-        f"path ({roots}); set KJIT_PATH to add folders"
-    )
+def versions(name: str) -> list[str]:
+    """The installed versions of package `name`, ascending."""
+    return [str(v) for v in sorted({c.version for c in _packages.candidates(name)})]
+
+
+def fetch(url: str, version: str | None = None) -> Path:
+    """Fetches a kernel package from a git repository (tags vX.Y.Z; `version` a range, or a
+    commit hash to pin) into the package store; returns its folder. Not with KJIT_OFFLINE=1."""
+    return _packages.fetch(url, version).path
+
+
+def _locate(name_or_path, version: str | None) -> _packages.Candidate:
+    text = str(name_or_path)
+    if _packages.is_url(text):
+        return _packages.fetch(text, version)
+    path = Path(name_or_path)
+    if path.name == "kernel.toml" and path.is_file():
+        path = path.parent
+    if (path / "kernel.toml").is_file():
+        name, text = _C.package_identity(path)  # the manifest's mistakes as ManifestError
+        found = Version.parse(text)
+        if version and not Range.parse(version).matches(found):
+            raise PackageNotFoundError(f"'{path}' holds {name} {found}, which does not match '{version}'")
+        return _packages.Candidate(name, found, path, "path")
+    return _packages.resolve(text, version)
 
 
 def _package_module(info: dict) -> types.ModuleType | None:
@@ -88,20 +101,45 @@ def _package_module(info: dict) -> types.ModuleType | None:
     return module
 
 
-def load(name_or_path: str | os.PathLike) -> types.ModuleType:
-    """Loads a kernel package (a name on the search path, or a folder) and registers its ops.
+def load(name_or_path: str | os.PathLike, version: str | None = None) -> types.ModuleType:
+    """Loads a kernel package and registers its ops.
 
-    Returns a module with one callable per op: `torch.ops.<package>.<op>` itself, so calls go
-    straight to the dispatcher. Loading the same package again returns the same module.
-    Raises ManifestError for a broken manifest, PackageNotFoundError for an unknown name.
+    `name_or_path`: a package name (searched in `search_path()` and installed wheels), a folder
+    with a kernel.toml, or a git URL (fetched into the package store on first use unless
+    KJIT_OFFLINE=1). `version`: a range such as ">=1.1,<2", "^1.2", "~=1.4", or an exact "1.1.2";
+    the highest matching version wins.
+
+    Returns a module with one callable per op: `torch.ops.<namespace>.<op>` itself, so calls go
+    straight to the dispatcher. The namespace is the package name for major versions 0 and 1,
+    `<name>_v<major>` from 2 on, so two major versions load side by side. Loading the same package
+    again returns the same module. Raises ManifestError for a broken manifest,
+    PackageNotFoundError when nothing matches.
     """
-    path = _find(name_or_path)
+    candidate = _locate(name_or_path, version)
+    return _register(candidate.path, _packages.namespace_for(candidate.name, candidate.version))
+
+
+def load_locked(name: str, lock: str | os.PathLike | None = None) -> types.ModuleType:
+    """Loads exactly the version of `name` in the lock file (`lock`, else `KJIT_LOCK`, else
+    kjit.lock in the working folder or a parent), after checking every file's hash: a package
+    whose files differ from the lock raises LockError and is never compiled. A lock written by
+    `kjit bundle` also brings its pre-warmed read-only store."""
+    lock_path = Path(lock) if lock is not None else _packages.find_lock()
+    path, entry = _packages.verified_package(name, lock_path)
+    data = _packages.read_lock(lock_path)
+    if data.get("store"):
+        _C.add_read_only_cache(lock_path.parent / data["store"])
+    return _register(path, _packages.namespace_for(name, Version.parse(entry["version"])))
+
+
+def _register(path: Path, namespace: str) -> types.ModuleType:
     with _lock:
         manifest = str((path / "kernel.toml").resolve())
         if manifest in _loaded:
             return _loaded[manifest]
-        info = _C.load_package(path)
-        namespace = info["name"]
+        if (path / "kernels.sqlite").is_file():  # a wheel's pre-warmed store
+            _C.add_read_only_cache(path / "kernels.sqlite")
+        info = _C.load_package(path, namespace)
         python = None
         cpu_ops = [op for op in info["ops"] if op["cpu"]]
         if cpu_ops:
@@ -131,6 +169,7 @@ def load(name_or_path: str | os.PathLike) -> types.ModuleType:
             lines.append(f"{op['schema']}" + (f"\n    {op['doc']}" if op["doc"] else ""))
         module.__doc__ = "\n".join(lines)
         module.__version__ = info["version"]
+        module.namespace = namespace
         module.__file__ = info["manifest"]
         module.ops = [op["name"] for op in info["ops"]]
         module.schemas = {op["name"]: op["schema"] for op in info["ops"]}

@@ -1,19 +1,135 @@
-"""The `kjit` command installed with the Python package: runs the bundled C++ tool."""
+"""The `kjit` command installed with the Python package.
 
+Distribution commands run here (fetch, lock, bundle, wheel, versions, info NAME); everything else
+runs the bundled C++ tool (warm, cache, info, compile, new). Exit codes: 0 success, 1 failure,
+2 usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
 import os
 import sys
 from pathlib import Path
+
+PYTHON_COMMANDS = {"fetch", "lock", "bundle", "wheel", "versions"}
 
 
 def executable() -> Path:
     return Path(__file__).resolve().parent / "bin" / "kjit"
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kjit", description="kernel package distribution")
+    sub = parser.add_subparsers(dest="command", required=True)
+    fetch = sub.add_parser("fetch", help="fetch a package from a git repository into the package store")
+    fetch.add_argument("url")
+    fetch.add_argument("--version", help="a range (>=1.1,<2, ^1.2, ~=1.4, 1.1.2) or a commit hash")
+    lock = sub.add_parser("lock", help="resolve [tool.kjit.dependencies] of pyproject.toml into kjit.lock")
+    lock.add_argument("project", nargs="?", default=".")
+    bundle = sub.add_parser("bundle", help="copy the locked packages and a pre-warmed store into a folder")
+    bundle.add_argument("out")
+    bundle.add_argument("--arch", help="archs to pre-warm, e.g. sm_80,sm_90")
+    bundle.add_argument("--lock", help="the lock file (default: kjit.lock here or above)")
+    wheel = sub.add_parser("wheel", help="build a py3-none-any wheel of a kernel package")
+    wheel.add_argument("package")
+    wheel.add_argument("-o", "--out", default="dist")
+    wheel.add_argument("--arch", help="also ship a store pre-warmed for these archs")
+    versions = sub.add_parser("versions", help="the installed versions of a package")
+    versions.add_argument("name")
+    info = sub.add_parser("info", help="a package: version, ops with schemas, kernels, source hash")
+    info.add_argument("name")
+    info.add_argument("--version")
+    info.add_argument("--json", action="store_true")
+    return parser
+
+
+def _run_python(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)  # exits 2 on usage errors
+    import kjit
+    from kjit import _packages
+
+    if args.command == "fetch":
+        candidate = _packages.fetch(args.url, args.version)
+        source = json.loads((candidate.path / _packages.SOURCE_FILE).read_text()) if (candidate.path / _packages.SOURCE_FILE).is_file() else {}
+        print(f"{candidate.name} {candidate.version} at {source.get('commit', '?')[:12]} -> {candidate.path}")
+    elif args.command == "lock":
+        path = _packages.lock(Path(args.project))
+        data = json.loads(path.read_text())
+        for name, entry in sorted(data["packages"].items()):
+            print(f"{name} {entry['version']} ({entry['requested']}) {entry['hash'][:19]}")
+        print(f"wrote {path}")
+    elif args.command == "bundle":
+        lock_path = Path(args.lock) if args.lock else _packages.find_lock()
+        out = _packages.bundle(Path(args.out), args.arch, lock_path, executable())
+        print(f"bundled {len(_packages.read_lock(out / 'kjit.lock')['packages'])} package(s) into {out}")
+    elif args.command == "wheel":
+        package = kjit._locate(args.package, None).path
+        store = None
+        if args.arch:
+            import subprocess
+            import tempfile
+
+            tmp = Path(tempfile.mkdtemp(prefix="kjit-wheel-"))
+            env = dict(os.environ, KJIT_CACHE_DIR=str(tmp / "cache"))
+            for command in (["warm", str(package), "--arch", args.arch], ["cache", "export", str(tmp / "kernels.sqlite")]):
+                if subprocess.run([str(executable()), *command], env=env).returncode != 0:
+                    return 1
+            store = tmp / "kernels.sqlite"
+        wheel = _packages.build_wheel(package, Path(args.out), store)
+        print(f"wrote {wheel}")
+    elif args.command == "versions":
+        found = kjit.versions(args.name)
+        if not found:
+            print(f"kjit: no kernel package '{args.name}' is installed", file=sys.stderr)
+            return 1
+        for candidate in sorted(_packages.candidates(args.name), key=lambda c: c.version):
+            print(f"{candidate.version}  {candidate.path}")
+    elif args.command == "info":
+        candidate = kjit._locate(args.name, args.version)
+        manifest = _packages.read_manifest(candidate.path)
+        hashes = _packages.file_hashes(candidate.path)
+        report = {
+            "name": candidate.name,
+            "version": str(candidate.version),
+            "path": str(candidate.path),
+            "namespace": _packages.namespace_for(candidate.name, candidate.version),
+            "description": manifest.get("package", {}).get("description", ""),
+            "ops": {name: op.get("schema", "") for name, op in manifest.get("op", {}).items()},
+            "kernels": {name: k.get("entry", "") for name, k in manifest.get("kernel", {}).items()},
+            "source_hash": _packages.content_hash(hashes),
+        }
+        if args.json:
+            print(json.dumps(report, indent=2))
+        else:
+            print(f"{report['name']} {report['version']}  ({report['path']})")
+            print(f"  {report['description']}")
+            print(f"  ops (torch.ops.{report['namespace']}):")
+            for op, schema in report["ops"].items():
+                print(f"    {schema}")
+            print("  kernels: " + ", ".join(f"{k} = {e}" for k, e in report["kernels"].items()))
+            print(f"  source hash: {report['source_hash']}")
+    return 0
+
+
 def main() -> None:
+    argv = sys.argv[1:]
+    wants_python = bool(argv) and (
+        argv[0] in PYTHON_COMMANDS or (argv[0] == "info" and any(not a.startswith("-") for a in argv[1:]))
+    )
+    if wants_python:
+        from kjit._errors import Error
+
+        try:
+            sys.exit(_run_python(argv))
+        except Error as e:
+            print(f"kjit: {e}", file=sys.stderr)
+            sys.exit(1)
     exe = executable()
     if not exe.is_file():
         sys.exit(f"kjit: the command-line tool is missing from this installation ({exe})")
-    os.execv(exe, [str(exe), *sys.argv[1:]])
+    os.execv(exe, [str(exe), *argv])
 
 
 if __name__ == "__main__":

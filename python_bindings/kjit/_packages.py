@@ -1,0 +1,450 @@
+"""Finding, versioning, fetching, locking, bundling and packaging kernel packages.
+
+Layout of a package root (a `KJIT_PATH` folder, the package store, the shipped kernels):
+
+    <root>/<name>/kernel.toml              one unversioned package
+    <root>/<name>/<version>/kernel.toml    versions side by side (what `kjit fetch` writes)
+
+The package store is `KJIT_PACKAGES_DIR`, else `$XDG_DATA_HOME/kjit/packages`, else
+`~/.local/share/kjit/packages`. Wheels made by `kjit wheel` register packages through the
+`kjit.packages` entry point group.
+
+Op namespaces: a package of major version 0 or 1 registers `torch.ops.<name>`; major version N >= 2
+registers `torch.ops.<name>_v<N>`, so two major versions load side by side in one process.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._errors import Error, PackageNotFoundError
+from ._versions import Range, Version
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    tomllib = None
+
+LOCK_FORMAT = 1
+SOURCE_FILE = ".kjit-source.json"
+_IGNORED = {"__pycache__", ".git", SOURCE_FILE}
+
+
+class LockError(Error):
+    """A locked package is missing, or its files differ from the lock."""
+
+
+class FetchError(Error):
+    """A package could not be fetched from its repository."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    version: Version
+    path: Path
+    origin: str  # "path", "store", "entry point", ...
+
+
+def package_store() -> Path:
+    if os.environ.get("KJIT_PACKAGES_DIR"):
+        return Path(os.environ["KJIT_PACKAGES_DIR"])
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "kjit" / "packages"
+
+
+def installed_kernels() -> Path:
+    from . import _C
+
+    return Path(_C.__file__).resolve().parent / "kernels"
+
+
+def search_path() -> list[Path]:
+    roots = [Path(p) for p in os.environ.get("KJIT_PATH", "").split(os.pathsep) if p]
+    return roots + [package_store(), installed_kernels()]
+
+
+def offline() -> bool:
+    return os.environ.get("KJIT_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def read_manifest(path: Path) -> dict:
+    text = (path / "kernel.toml").read_text()
+    if tomllib is not None:
+        return tomllib.loads(text)
+    # Without tomllib: the two fields needed here, from the [package] table.
+    table = text.split("[package]", 1)[-1].split("\n[", 1)[0]
+    values = dict(re.findall(r'^\s*(name|version)\s*=\s*"([^"]*)"', table, re.M))
+    return {"package": values}
+
+
+def package_identity(path: Path) -> tuple[str, Version]:
+    package = read_manifest(path).get("package", {})
+    return package.get("name", ""), Version.parse(package.get("version", "0.0.0"))
+
+
+def namespace_for(name: str, version: Version) -> str:
+    return name if version.major <= 1 else f"{name}_v{version.major}"
+
+
+def _entry_point_dirs(name: str | None = None) -> list[Path]:
+    from importlib import metadata
+    from importlib.util import find_spec
+
+    try:
+        points = metadata.entry_points(group="kjit.packages")
+    except TypeError:  # Python < 3.10
+        points = metadata.entry_points().get("kjit.packages", [])
+    dirs = []
+    for point in points:
+        if name is not None and point.name != name:
+            continue
+        spec = find_spec(point.value)
+        if spec is not None and spec.submodule_search_locations:
+            dirs.append(Path(list(spec.submodule_search_locations)[0]))
+    return dirs
+
+
+def candidates(name: str) -> list[Candidate]:
+    """Every installed version of package `name`, in search order."""
+    found = []
+
+    def consider(path: Path, origin: str):
+        if not (path / "kernel.toml").is_file():
+            return
+        try:
+            pkg_name, version = package_identity(path)
+        except (ValueError, OSError):
+            return
+        if pkg_name == name:
+            found.append(Candidate(name, version, path, origin))
+
+    for root in search_path():
+        consider(root / name, "path")
+        folder = root / name
+        if folder.is_dir():
+            for child in sorted(folder.iterdir()):
+                if child.is_dir():
+                    consider(child, "path")
+    for path in _entry_point_dirs(name):
+        consider(path, "entry point")
+    return found
+
+
+def resolve(name: str, version: str | None = None) -> Candidate:
+    """The highest installed version of `name` matching `version` (a range or an exact one)."""
+    all_versions = candidates(name)
+    wanted = Range.parse(version) if version else None
+    matching = [c for c in all_versions if wanted is None or wanted.matches(c.version)]
+    if wanted is None:
+        matching = [c for c in matching if not c.version.pre] or matching
+    if not matching:
+        if not all_versions:
+            roots = ", ".join(str(r) for r in search_path())
+            raise PackageNotFoundError(
+                f"no kernel package '{name}': not a folder with a kernel.toml, and not in the "
+                f"search path ({roots}); set KJIT_PATH to add folders, or `kjit fetch` it"
+            )
+        have = ", ".join(sorted({str(c.version) for c in all_versions}))
+        raise PackageNotFoundError(f"no version of kernel package '{name}' matches '{version}' (installed: {have})")
+    best = max(c.version for c in matching)
+    return next(c for c in matching if c.version == best)
+
+
+# ---- repositories ---------------------------------------------------------------------------
+
+
+def is_url(text: str) -> bool:
+    return "://" in text or text.startswith("git@") or text.endswith(".git")
+
+
+def _git(*args, cwd=None) -> str:
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
+    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise FetchError(f"git {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def remote_versions(url: str) -> dict[Version, str]:
+    """Tag versions of the repository at `url` -> their commits."""
+    versions = {}
+    for line in _git("ls-remote", "--tags", url).splitlines():
+        commit, ref = line.split("\t")
+        tag = ref[len("refs/tags/") :]
+        peeled = tag.endswith("^{}")
+        tag = tag[:-3] if peeled else tag
+        try:
+            version = Version.parse(tag)
+        except ValueError:
+            continue
+        if peeled or version not in versions:
+            versions[version] = commit  # the peeled commit of an annotated tag wins
+    return versions
+
+
+def _stored_from(url: str, wanted: Range | None, revision: str | None) -> Candidate | None:
+    """A package in the store fetched from `url` that satisfies the request."""
+    root = package_store()
+    if not root.is_dir():
+        return None
+    best = None
+    for source in root.glob(f"*/*/{SOURCE_FILE}"):
+        try:
+            info = json.loads(source.read_text())
+        except (OSError, ValueError):
+            continue
+        if info.get("url") != url:
+            continue
+        if revision and not info.get("commit", "").startswith(revision):
+            continue
+        name, version = package_identity(source.parent)
+        if wanted is not None and not wanted.matches(version):
+            continue
+        if best is None or version > best.version:
+            best = Candidate(name, version, source.parent, "store")
+    return best
+
+
+def fetch(url: str, version: str | None = None) -> Candidate:
+    """Fetches a package from a git repository into the package store.
+
+    `version` is a range matched against the repository's `vX.Y.Z` tags (the highest wins), or a
+    commit hash (7 to 40 hex digits) that pins an exact revision.
+    """
+    revision = version if version and re.fullmatch(r"[0-9a-fA-F]{7,40}", version) else None
+    wanted = Range.parse(version) if version and not revision else None
+    if offline():
+        stored = _stored_from(url, wanted, revision)
+        if stored is None:
+            raise FetchError(f"KJIT_OFFLINE=1: not fetching '{url}' (version {version or 'any'}), and no fetched copy matches")
+        return stored
+    tag = None
+    if revision is None:
+        tags = remote_versions(url)
+        matching = [v for v in tags if (wanted.matches(v) if wanted else not v.pre)]
+        if not matching:
+            have = ", ".join(str(v) for v in sorted(tags)) or "none"
+            raise FetchError(f"no tag of '{url}' matches '{version}' (version tags: {have})")
+        best = max(matching)
+        tag, revision = f"v{best}", tags[best]
+    stored = _stored_from(url, None, revision)
+    if stored is not None:
+        return stored
+    with tempfile.TemporaryDirectory(prefix="kjit-fetch-") as tmp:
+        clone = Path(tmp) / "clone"
+        _git("clone", "--quiet", "--no-checkout", url, str(clone))
+        _git("checkout", "--quiet", revision, cwd=clone)
+        commit = _git("rev-parse", "HEAD", cwd=clone).strip()
+        if not (clone / "kernel.toml").is_file():
+            raise FetchError(f"'{url}' at {commit[:12]} has no kernel.toml at its root")
+        name, found_version = package_identity(clone)
+        if tag is not None and found_version != Version.parse(tag):
+            raise FetchError(f"'{url}' tag {tag} holds a kernel.toml of version {found_version}")
+        dest = package_store() / name / str(found_version)
+        if dest.exists():
+            info = json.loads((dest / SOURCE_FILE).read_text()) if (dest / SOURCE_FILE).is_file() else {}
+            if info.get("commit") != commit:
+                raise FetchError(
+                    f"'{dest}' already holds {name} {found_version} from another source "
+                    f"({info.get('url', 'local files')} {info.get('commit', '')[:12]}); remove it first"
+                )
+            return Candidate(name, found_version, dest, "store")
+        staging = dest.parent / f".{found_version}.partial-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(clone, staging, ignore=shutil.ignore_patterns(".git"))
+        (staging / SOURCE_FILE).write_text(json.dumps({"url": url, "commit": commit, "tag": tag}, indent=1))
+        staging.rename(dest)
+    return Candidate(name, found_version, dest, "store")
+
+
+# ---- locking --------------------------------------------------------------------------------
+
+
+def file_hashes(path: Path) -> dict[str, str]:
+    hashes = {}
+    for file in sorted(path.rglob("*")):
+        relative = file.relative_to(path)
+        if file.is_file() and not (set(relative.parts) & _IGNORED) and file.suffix != ".pyc":
+            hashes[relative.as_posix()] = "sha256:" + hashlib.sha256(file.read_bytes()).hexdigest()
+    return hashes
+
+
+def content_hash(hashes: dict[str, str]) -> str:
+    text = "\n".join(f"{name} {digest}" for name, digest in sorted(hashes.items()))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def project_dependencies(project: Path) -> dict[str, dict]:
+    if tomllib is None:
+        raise Error("reading pyproject.toml needs Python 3.11 (tomllib)")
+    pyproject = project / "pyproject.toml"
+    data = tomllib.loads(pyproject.read_text())
+    deps = data.get("tool", {}).get("kjit", {}).get("dependencies")
+    if deps is None:
+        raise Error(f"{pyproject} has no [tool.kjit.dependencies]")
+    result = {}
+    for name, spec in deps.items():
+        if isinstance(spec, str):
+            spec = {"version": spec}
+        unknown = set(spec) - {"version", "source"}
+        if unknown:
+            raise Error(f"{pyproject}: tool.kjit.dependencies.{name}: unknown key(s) {sorted(unknown)}")
+        result[name] = spec
+    return result
+
+
+def lock(project: Path) -> Path:
+    """Resolves [tool.kjit.dependencies] of `project`/pyproject.toml and writes kjit.lock."""
+    packages = {}
+    for name, spec in project_dependencies(project).items():
+        version = spec.get("version")
+        if spec.get("source"):
+            candidate = fetch(spec["source"], version)
+            if candidate.name != name:
+                raise Error(f"'{spec['source']}' holds package '{candidate.name}', not '{name}'")
+        else:
+            candidate = resolve(name, version)
+        source = {}
+        if (candidate.path / SOURCE_FILE).is_file():
+            source = json.loads((candidate.path / SOURCE_FILE).read_text())
+        hashes = file_hashes(candidate.path)
+        packages[name] = {
+            "version": str(candidate.version),
+            "requested": version or "*",
+            "source": source.get("url", spec.get("source", "")),
+            "commit": source.get("commit", ""),
+            "path": str(candidate.path),
+            "files": hashes,
+            "hash": content_hash(hashes),
+        }
+    path = project / "kjit.lock"
+    path.write_text(json.dumps({"format": LOCK_FORMAT, "packages": packages}, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def find_lock(start: Path | None = None) -> Path:
+    if os.environ.get("KJIT_LOCK"):
+        return Path(os.environ["KJIT_LOCK"])
+    here = (start or Path.cwd()).resolve()
+    for folder in [here, *here.parents]:
+        if (folder / "kjit.lock").is_file():
+            return folder / "kjit.lock"
+    raise LockError(f"no kjit.lock in {here} or its parents (run `kjit lock`, or set KJIT_LOCK)")
+
+
+def read_lock(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise LockError(f"cannot read lock file '{path}': {e}") from e
+    if data.get("format") != LOCK_FORMAT:
+        raise LockError(f"'{path}' has lock format {data.get('format')}, this kjit reads {LOCK_FORMAT}")
+    return data
+
+
+def verified_package(name: str, lock_path: Path) -> tuple[Path, dict]:
+    """The folder of locked package `name`, after checking every file against the lock."""
+    data = read_lock(lock_path)
+    entry = data["packages"].get(name)
+    if entry is None:
+        raise LockError(f"'{lock_path}' locks no package '{name}' (locked: {', '.join(sorted(data['packages']))})")
+    path = Path(entry["path"])
+    if not path.is_absolute():
+        path = lock_path.parent / path
+    if not (path / "kernel.toml").is_file():
+        raise LockError(f"locked package '{name}' {entry['version']} is missing: no kernel.toml in '{path}'")
+    actual = file_hashes(path)
+    for file, digest in entry["files"].items():
+        if actual.get(file) != digest:
+            state = "is missing" if file not in actual else f"has {actual[file]}"
+            raise LockError(f"'{lock_path}': {name} {entry['version']}: file '{file}' {state}, the lock has {digest}; refusing to compile it")
+    extra = sorted(set(actual) - set(entry["files"]))
+    if extra:
+        raise LockError(f"'{lock_path}': {name} {entry['version']}: file '{extra[0]}' is not in the lock; refusing to compile it")
+    return path, entry
+
+
+# ---- bundles and wheels ---------------------------------------------------------------------
+
+
+def bundle(out: Path, archs: str | None, lock_path: Path, cli: Path) -> Path:
+    """Copies the locked packages and a pre-warmed read-only store into `out`."""
+    data = read_lock(lock_path)
+    out.mkdir(parents=True, exist_ok=True)
+    bundled = {}
+    dirs = []
+    for name, entry in sorted(data["packages"].items()):
+        source, _ = verified_package(name, lock_path)
+        relative = Path("packages") / name / entry["version"]
+        shutil.rmtree(out / relative, ignore_errors=True)
+        shutil.copytree(source, out / relative, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        bundled[name] = dict(entry, path=relative.as_posix())
+        dirs.append(str(out / relative))
+    store = None
+    if archs:
+        with tempfile.TemporaryDirectory(prefix="kjit-bundle-") as tmp:
+            env = dict(os.environ, KJIT_CACHE_DIR=tmp)
+            env.pop("KJIT_CACHE_READONLY", None)
+            for args in (["warm", *dirs, "--arch", archs], ["cache", "export", str(out / "kernels.sqlite"), "--arch", archs]):
+                result = subprocess.run([str(cli), *args], env=env)
+                if result.returncode != 0:
+                    raise Error(f"kjit {args[0]} failed while bundling (exit {result.returncode})")
+        store = "kernels.sqlite"
+    lock_data = {"format": LOCK_FORMAT, "packages": bundled}
+    if store:
+        lock_data["store"] = store
+    (out / "kjit.lock").write_text(json.dumps(lock_data, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def _record_line(name: str, data: bytes) -> list[str]:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return [name, f"sha256={digest}", str(len(data))]
+
+
+def build_wheel(package: Path, out_dir: Path, store: Path | None = None) -> Path:
+    """A py3-none-any wheel of a kernel package that registers itself with kjit when installed."""
+    name, version = package_identity(package)
+    module = f"kjit_pkg_{name}"
+    dist = f"kjit_pkg_{name}"
+    files = {}
+    for file in sorted(package.rglob("*")):
+        relative = file.relative_to(package)
+        if file.is_file() and not (set(relative.parts) & _IGNORED) and file.suffix != ".pyc":
+            files[f"{module}/{relative.as_posix()}"] = file.read_bytes()
+    files.setdefault(f"{module}/__init__.py", b"")
+    if store is not None:
+        files[f"{module}/kernels.sqlite"] = store.read_bytes()
+    info = f"{dist}-{version}.dist-info"
+    files[f"{info}/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n"
+        f"Summary: kjit kernel package {name}\nRequires-Dist: kjit\n"
+    ).encode()
+    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: kjit\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    files[f"{info}/entry_points.txt"] = f"[kjit.packages]\n{name} = {module}\n".encode()
+    record = io.StringIO()
+    writer = csv.writer(record, lineterminator="\n")
+    for path, data in files.items():
+        writer.writerow(_record_line(path, data))
+    writer.writerow([f"{info}/RECORD", "", ""])
+    files[f"{info}/RECORD"] = record.getvalue().encode()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wheel = out_dir / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return wheel
