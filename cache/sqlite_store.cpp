@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
@@ -149,6 +150,10 @@ std::filesystem::path default_cache_dir() {
   if (auto dir = getenv_nonempty("KJIT_CACHE_DIR")) {
     return *dir;
   }
+  return per_user_cache_dir();
+}
+
+std::filesystem::path per_user_cache_dir() {
   if (auto xdg = getenv_nonempty("XDG_CACHE_HOME")) {
     return std::filesystem::path(*xdg) / "kjit";
   }
@@ -230,6 +235,15 @@ std::unique_ptr<SqliteStore> SqliteStore::open_file_read_only(const std::filesys
   if (!std::filesystem::is_regular_file(file, ec)) {
     log(LogLevel::warning, "read-only kernel cache '{}' does not exist; skipping it",
         file.string());
+    return nullptr;
+  }
+  struct stat info {};
+  // Baked stores may belong to root, but one that anybody could rewrite is not trusted.
+  if (::stat(file.c_str(), &info) == 0 && (info.st_mode & S_IWOTH) != 0) {
+    log(LogLevel::warning,
+        "read-only kernel cache '{}' is writable by others (mode {:o}); "
+        "skipping it",
+        file.string(), info.st_mode & 07777);
     return nullptr;
   }
   for (int attempt = 0; attempt < 2; ++attempt) {

@@ -45,6 +45,9 @@ struct StoredBinary {
 // `$HOME/.cache/kjit`.
 std::filesystem::path default_cache_dir();
 
+// `$XDG_CACHE_HOME/kjit`, else `$HOME/.cache/kjit` (the default without `KJIT_CACHE_DIR`).
+std::filesystem::path per_user_cache_dir();
+
 // The database file in `dir`.
 std::filesystem::path store_file(const std::filesystem::path& dir);
 

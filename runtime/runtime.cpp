@@ -8,6 +8,7 @@
 #include "runtime/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/util/env.hpp"
+#include "runtime/util/file.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -86,8 +87,22 @@ std::unique_ptr<detail::SqliteStore> open_store(const RuntimeOptions& options) {
   if (cache_disabled(options)) {
     return nullptr;
   }
-  return detail::SqliteStore::open(options.cache_dir.value_or(detail::default_cache_dir()),
-                                   resolve_max_size(options), options.cache_read_only);
+  std::filesystem::path dir = options.cache_dir.value_or(detail::default_cache_dir());
+  // A store another user could write is a store someone else could plant binaries in: it is not
+  // used. The per-user default is tried instead, unless that is the one refused.
+  if (const std::string why = detail::untrusted_reason(dir); !why.empty()) {
+    const auto fallback = detail::per_user_cache_dir();
+    const bool can_fall_back =
+      fallback != dir && detail::untrusted_reason(fallback).empty() && !options.cache_read_only;
+    detail::log(LogLevel::warning, "not using kernel cache directory: {}; {}", why,
+                can_fall_back ? fmt::format("using '{}' instead", fallback.string())
+                              : std::string("compiling without a kernel cache"));
+    if (!can_fall_back) {
+      return nullptr;
+    }
+    dir = fallback;
+  }
+  return detail::SqliteStore::open(dir, resolve_max_size(options), options.cache_read_only);
 }
 
 // The in-memory headers for NVRTC: one per include name; a name that stands for two different

@@ -88,6 +88,23 @@ std::string create_private_dirs(const std::filesystem::path& dir) {
   return {};
 }
 
+std::string untrusted_reason(const std::filesystem::path& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    return {};
+  }
+  if (info.st_uid != ::geteuid()) {
+    return fmt::format("'{}' belongs to user id {}, not to this user ({})", path.string(),
+                       info.st_uid, ::geteuid());
+  }
+  if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return fmt::format("'{}' is writable by {} (mode {:o})", path.string(),
+                       (info.st_mode & S_IWOTH) != 0 ? "others" : "its group",
+                       info.st_mode & 07777);
+  }
+  return {};
+}
+
 bool dir_writable(const std::filesystem::path& dir) {
   return ::access(dir.c_str(), W_OK | X_OK) == 0;
 }

@@ -20,6 +20,10 @@ std::string write_file_atomic(const std::filesystem::path& path, std::string_vie
 // message, or an empty string on success.
 std::string create_private_dirs(const std::filesystem::path& dir);
 
+// Why `path` must not be trusted with this user's data: owned by another user, or writable by
+// group or others. Empty when it is safe (or does not exist).
+std::string untrusted_reason(const std::filesystem::path& path);
+
 // Whether the calling process may write into directory `dir` (access(2) W_OK|X_OK).
 bool dir_writable(const std::filesystem::path& dir);
 

@@ -3,15 +3,19 @@
 //
 //   kjit_test_helper compile DIR SOURCE ARCH [GO_FILE]  compile for ARCH (waits for GO_FILE first)
 //   kjit_test_helper kernel DIR SOURCE NAME             load NAME for the device
+//   kjit_test_helper compile-many DIR ARCH THREADS GO_FILE SOURCE...
+//                                   THREADS threads each compile every SOURCE (rotated order)
 //   kjit_test_helper key SOURCE ARCH                    print the cache key
 //   kjit_test_helper launch-without-driver SOURCE NAME  expect a DriverError (KJIT_CUDA_DRIVER)
 #include <kjit/kjit.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -35,6 +39,41 @@ int run(int argc, char** argv) {
     std::cout << "key=" << binary.key << "\nsize=" << binary.data.size() << "\n";
     print_stats(runtime.stats());
     return 0;
+  }
+  if (command == "compile-many" && argc >= 7) {
+    const int threads = std::stoi(argv[4]);
+    while (!std::filesystem::exists(argv[5])) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    std::vector<kjit::Program> programs;
+    for (int i = 6; i < argc; ++i) {
+      programs.push_back(kjit::Program::from_file(argv[i]));
+    }
+    kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = argv[2]});
+    const kjit::Target target{kjit::Arch::parse(argv[3])};
+    std::vector<std::thread> workers;
+    std::atomic<int> failures{0};
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        for (std::size_t i = 0; i < programs.size(); ++i) {
+          try {
+            const auto binary = runtime.compile(programs[(i + t) % programs.size()], target);
+            if (binary.data.size() < 4 || binary.data.substr(1, 3) != "ELF") {
+              ++failures;
+            }
+          } catch (const std::exception& e) {
+            std::cerr << e.what() << "\n";
+            ++failures;
+          }
+        }
+      });
+    }
+    for (auto& worker : workers) {
+      worker.join();
+    }
+    std::cout << "failures=" << failures.load() << "\n";
+    print_stats(runtime.stats());
+    return failures.load() == 0 ? 0 : 1;
   }
   if (command == "kernel" && argc >= 5) {
     kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = argv[2]});

@@ -340,3 +340,76 @@ TEST_CASE("prune by size and clear", "[store]") {
   CHECK(runtime.cache().entries().empty());
   CHECK(runtime.cache().stats().compiles == 0);
 }
+
+TEST_CASE("a cache directory others can write is not used: the per-user one is", "[store]") {
+  TempDir dir;
+  const auto shared = dir / "shared";
+  std::filesystem::create_directory(shared);
+  std::filesystem::permissions(shared, std::filesystem::perms::all);
+  ::setenv("XDG_CACHE_HOME", (dir / "home-cache").c_str(), 1);
+  {
+    kjit::test::LogCapture logs;
+    kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = shared});
+    CHECK(logs.count("is writable by others") == 1);
+    CHECK(runtime.cache().path() == kjit::detail::store_file(dir / "home-cache/kjit"));
+  }
+  if (::geteuid() == 0) {
+    const auto foreign = dir / "foreign";
+    std::filesystem::create_directory(foreign);
+    REQUIRE(::chown(foreign.c_str(), 65534, 65534) == 0);
+    kjit::test::LogCapture logs;
+    kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = foreign});
+    CHECK(logs.count("belongs to user id 65534") == 1);
+    CHECK(runtime.cache().path() == kjit::detail::store_file(dir / "home-cache/kjit"));
+  }
+  ::unsetenv("XDG_CACHE_HOME");
+}
+
+TEST_CASE("a read-only store anybody can rewrite is skipped", "[store]") {
+  TempDir baked;
+  { kjit::Runtime(at(baked)).compile(tiny(1), k_sm90); }
+  std::filesystem::permissions(kjit::detail::store_file(baked.path()),
+                               std::filesystem::perms::others_write,
+                               std::filesystem::perm_options::add);
+  kjit::test::LogCapture logs;
+  kjit::Runtime runtime(
+    kjit::RuntimeOptions{.disable_cache = false, .read_only_caches = std::vector{baked.path()}});
+  CHECK(runtime.cache().read_only_paths().empty());
+  CHECK(logs.count("writable by others") == 1);
+}
+
+TEST_CASE("a store of a future schema version is not used, and compiling goes on", "[store]") {
+  TempDir dir;
+  { kjit::Runtime(at(dir)).compile(tiny(1), k_sm90); }
+  tamper(dir, "UPDATE meta SET value = '99' WHERE name = 'schema_version'");
+  kjit::test::LogCapture logs;
+  kjit::Runtime runtime(at(dir));
+  CHECK_FALSE(runtime.cache().enabled());
+  CHECK(logs.count("schema version 99") == 1);
+  CHECK(runtime.compile(tiny(1), k_sm90).data.size() > 0);
+}
+
+TEST_CASE("a truncated store file is detected and recovered", "[store]") {
+  TempDir dir;
+  {
+    kjit::Runtime runtime(at(dir));
+    for (int i = 0; i < 8; ++i) {
+      runtime.compile(tiny(i), k_sm90);
+    }
+  }
+  const auto file = kjit::detail::store_file(dir.path());
+  REQUIRE(std::filesystem::file_size(file) > 3 * 4096);
+  std::filesystem::resize_file(file, 3 * 4096);
+  kjit::test::LogCapture logs;
+  kjit::Runtime runtime(at(dir));
+  for (int i = 0; i < 8; ++i) {
+    CHECK(runtime.compile(tiny(i), k_sm90).data.substr(1, 3) == "ELF");
+  }
+  // Either the open found the damage (moved aside, new store) or reads did (misses, recompiled).
+  CHECK(logs.count("is not a valid database") + logs.count("cannot read kernel cache") +
+          logs.count("cannot write to kernel cache") >=
+        1);
+  if (runtime.cache().enabled() && !runtime.cache().read_only()) {
+    runtime.cache().verify(true);
+  }
+}
