@@ -11,6 +11,15 @@ if(KJIT_SANITIZE)
   target_link_options(kjit_settings INTERFACE $<BUILD_INTERFACE:-fsanitize=address,undefined>)
 endif()
 
+option(KJIT_BUILD_FUZZERS "Build the libFuzzer targets (clang; with KJIT_SANITIZE)" OFF)
+if(KJIT_BUILD_FUZZERS)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "KJIT_BUILD_FUZZERS needs clang (CXX=clang++)")
+  endif()
+  # Coverage instrumentation for the library code the fuzzers reach.
+  target_compile_options(kjit_settings INTERFACE $<BUILD_INTERFACE:-fsanitize=fuzzer-no-link>)
+endif()
+
 add_library(kjit_warnings INTERFACE)
 option(KJIT_WERROR "Treat warnings as errors" OFF)
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")

@@ -149,7 +149,22 @@ private:
     return 0;
   }
 
+  // Bounded recursion: a hostile manifest cannot exhaust the stack.
+  struct Depth {
+    Parser& parser;
+    explicit Depth(Parser& p) : parser(p) {
+      if (++parser.m_depth > k_max_depth) {
+        parser.fail(parser.m_token_start,
+                    fmt::format("expression nested deeper than {} levels", k_max_depth));
+      }
+    }
+    ~Depth() { --parser.m_depth; }
+    Depth(const Depth&) = delete;
+    Depth& operator=(const Depth&) = delete;
+  };
+
   std::int32_t parse_binary(int min_precedence) {
+    const Depth depth(*this);
     std::int32_t left = parse_unary();
     while (m_token == Token::op) {
       const std::string_view op = m_token_text;
@@ -221,6 +236,7 @@ private:
   }
 
   std::int32_t parse_unary() {
+    const Depth depth(*this);
     if (m_token == Token::op && (m_token_text == "-" || m_token_text == "!")) {
       const bool negate = m_token_text == "-";
       const std::size_t column = m_token_start;
@@ -359,6 +375,8 @@ private:
                              known.empty() ? "none" : known));
   }
 
+  static constexpr int k_max_depth = 200;
+  int m_depth = 0;
   std::string_view m_text;
   const std::vector<Symbol>& m_symbols;
   std::vector<Node>& m_nodes;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -165,6 +166,58 @@ private:
     return wrapped;
   }
 
+  // Concrete values are checked (overflow and division by zero are EvalErrors, never undefined
+  // behaviour); symbolic ones are left to c10::SymInt.
+  Int arithmetic(NodeOp op, const Int& a, const Int& b) const {
+    if constexpr (std::is_same_v<Int, std::int64_t>) {
+      std::int64_t r = 0;
+      bool overflow = false;
+      if ((op == NodeOp::div || op == NodeOp::mod || op == NodeOp::cdiv) && b == 0) {
+        throw EvalError("division by zero in '" + m_expr.text() + "'");
+      }
+      switch (op) {
+      case NodeOp::add:
+        overflow = __builtin_add_overflow(a, b, &r);
+        break;
+      case NodeOp::sub:
+        overflow = __builtin_sub_overflow(a, b, &r);
+        break;
+      case NodeOp::mul:
+        overflow = __builtin_mul_overflow(a, b, &r);
+        break;
+      default: // div, mod, cdiv
+        overflow = a == INT64_MIN && b == -1;
+        if (!overflow) {
+          r = op == NodeOp::mod ? a % b : a / b;
+          // Ceiling division rounds towards +infinity for any signs.
+          if (op == NodeOp::cdiv && a % b != 0 && ((a < 0) == (b < 0))) {
+            ++r;
+          }
+        }
+        break;
+      }
+      if (overflow) {
+        throw EvalError("integer overflow in '" + m_expr.text() + "'");
+      }
+      return r;
+    } else {
+      switch (op) {
+      case NodeOp::add:
+        return a + b;
+      case NodeOp::sub:
+        return a - b;
+      case NodeOp::mul:
+        return a * b;
+      case NodeOp::div:
+        return a / b;
+      case NodeOp::mod:
+        return a % b;
+      default:
+        return (a + b - Int(1)) / b;
+      }
+    }
+  }
+
   Int integer(std::int32_t i) const {
     const Node& n = m_nodes[i];
     switch (n.op) {
@@ -173,29 +226,14 @@ private:
     case NodeOp::symbol:
       return m_env.int_value(n.a);
     case NodeOp::neg:
-      return Int(0) - integer(n.a);
+      return arithmetic(NodeOp::sub, Int(0), integer(n.a));
     case NodeOp::add:
-      return integer(n.a) + integer(n.b);
     case NodeOp::sub:
-      return integer(n.a) - integer(n.b);
     case NodeOp::mul:
-      return integer(n.a) * integer(n.b);
     case NodeOp::div:
     case NodeOp::mod:
-    case NodeOp::cdiv: {
-      const Int a = integer(n.a);
-      const Int b = integer(n.b);
-      if (Env::truth(b == Int(0))) {
-        throw EvalError("division by zero in '" + m_expr.text() + "'");
-      }
-      if (n.op == NodeOp::div) {
-        return a / b;
-      }
-      if (n.op == NodeOp::mod) {
-        return a % b;
-      }
-      return (a + b - Int(1)) / b;
-    }
+    case NodeOp::cdiv:
+      return arithmetic(n.op, integer(n.a), integer(n.b));
     case NodeOp::min:
       return Env::min(integer(n.a), integer(n.b));
     case NodeOp::max:

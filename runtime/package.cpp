@@ -2,6 +2,7 @@
 #include <kjit/package.hpp>
 
 #include "runtime/op_spec.hpp"
+#include "runtime/util/file.hpp"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -291,6 +292,84 @@ std::vector<std::string> placeholders(std::string_view entry) {
   return names;
 }
 
+// The line of the first non-ASCII byte that is not inside a value string or a comment, or 0.
+// Such bytes are never valid elsewhere in TOML (bare keys and whitespace are ASCII), and toml++
+// 3.3 reaches undefined behaviour classifying some of them as whitespace (found by
+// tests/fuzz/manifest_fuzzer.cpp under UBSan): they are refused before toml++ sees the text. The
+// scan is conservative where TOML is subtle: a multi-line string is only recognized where a value
+// starts, and non-ASCII in quoted keys is refused too.
+int non_ascii_outside_strings(std::string_view text) {
+  int line = 1;
+  std::size_t i = 0;
+  char previous = '\n'; // the last significant character outside strings
+  std::string brackets; // '[' and '{' opened in value position
+  bool value = false;   // after '=' on this line, or inside brackets
+  auto starts = [&](std::string_view token) { return text.substr(i, token.size()) == token; };
+  // An escape is ASCII; toml++ tests the byte after a backslash for whitespace (a line-ending
+  // backslash), the undefined behaviour above for some non-ASCII characters.
+  auto escapes_non_ascii = [&](std::size_t at) {
+    return at + 1 < text.size() && static_cast<unsigned char>(text[at + 1]) >= 0x80;
+  };
+  while (i < text.size()) {
+    const char c = text[i];
+    const bool value_start =
+      value && (previous == '=' || (!brackets.empty() && brackets.back() == '[' &&
+                                    (previous == '[' || previous == ',')));
+    if (c == '\n') {
+      ++line;
+      ++i;
+      if (brackets.empty()) {
+        value = false;
+      }
+      previous = '\n';
+    } else if (c == ' ' || c == '\t' || c == '\r') {
+      ++i;
+    } else if (c == '#') {
+      while (i < text.size() && text[i] != '\n') {
+        ++i;
+      }
+    } else if (value_start && (starts("\"\"\"") || starts("\'\'\'"))) {
+      const std::string_view close = text.substr(i, 3);
+      const bool basic = close[0] == '"';
+      i += 3;
+      while (i < text.size() && !starts(close)) {
+        line += text[i] == '\n';
+        if (basic && text[i] == '\\' && escapes_non_ascii(i)) {
+          return line;
+        }
+        i += basic && text[i] == '\\' ? 2 : 1;
+      }
+      i += 3;
+      previous = 's';
+    } else if (c == '"' || c == '\'') {
+      const bool in_value = value_start || (value && !brackets.empty());
+      ++i;
+      while (i < text.size() && text[i] != c && text[i] != '\n') {
+        if ((!in_value && static_cast<unsigned char>(text[i]) >= 0x80) ||
+            (c == '"' && text[i] == '\\' && escapes_non_ascii(i))) {
+          return line;
+        }
+        i += c == '"' && text[i] == '\\' ? 2 : 1;
+      }
+      ++i;
+      previous = 's';
+    } else if (static_cast<unsigned char>(c) >= 0x80) {
+      return line;
+    } else {
+      if (c == '=') {
+        value = true;
+      } else if (value && (c == '[' || c == '{')) {
+        brackets.push_back(c);
+      } else if (!brackets.empty() && (c == ']' || c == '}')) {
+        brackets.pop_back();
+      }
+      previous = c;
+      ++i;
+    }
+  }
+  return 0;
+}
+
 std::filesystem::path resolve(const std::filesystem::path& dir, const std::string& path) {
   return std::filesystem::weakly_canonical(dir / path);
 }
@@ -302,8 +381,18 @@ Package Package::load(const std::filesystem::path& path) {
   const auto manifest = std::filesystem::is_directory(path, ec) ? path / "kernel.toml" : path;
   ManifestReader reader(manifest);
   toml::table root;
+  std::string read_error;
+  const auto manifest_text = detail::read_file(manifest, &read_error);
+  if (!manifest_text) {
+    throw ManifestError(manifest.string(), "(file)", 0, 0,
+                        fmt::format("cannot read the manifest: {}", read_error));
+  }
+  if (const int line = non_ascii_outside_strings(*manifest_text); line > 0) {
+    throw ManifestError(manifest.string(), "(file)", line, 0,
+                        "non-ASCII character outside a string or comment");
+  }
   try {
-    root = toml::parse_file(manifest.string());
+    root = toml::parse(*manifest_text, manifest.string());
   } catch (const toml::parse_error& e) {
     throw ManifestError(manifest.string(), "(file)", static_cast<int>(e.source().begin.line),
                         static_cast<int>(e.source().begin.column), std::string(e.description()));
@@ -577,7 +666,9 @@ Package Package::load(const std::filesystem::path& path) {
             fmt::format("the entry '{}' has no placeholder {{{}}}", kernel_it->entry, name));
         }
       }
-      for (const auto& [name, values] : decl.warm) {
+      for (const auto& warm_entry : decl.warm) {
+        const std::string& name = warm_entry.first;
+        const auto& values = warm_entry.second;
         const auto param = std::find_if(spec->specialize.begin(), spec->specialize.end(),
                                         [&](const auto& s) { return s.name == name; });
         if (param == spec->specialize.end()) {

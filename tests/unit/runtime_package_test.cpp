@@ -1,0 +1,93 @@
+#include <kjit/error.hpp>
+#include <kjit/package.hpp>
+
+#include "support/test_support.hpp"
+
+#include <catch2/catch.hpp>
+
+namespace {
+
+const char* k_manifest = R"toml([package]
+name = "p"
+version = "1.2.3"
+description = "caf\u00e9: non-ASCII in strings is fine"  # and in comments: \u00fc
+
+[kernel.k]
+source = "k.cu"
+entry = "k<{T}>"
+
+[op.f]
+schema = "f(Tensor x, int n) -> Tensor"
+kernel = "k"
+outputs = [{ like = "x" }]
+args = ["out0", "x", "n"]
+grid = ["cdiv(x.numel(), 256)"]
+block = [256]
+specialize = { T = "x.dtype" }
+warm = { T = ["float16", "float32"] }
+)toml";
+
+kjit::Package load(const kjit::test::TempDir& dir, const std::string& manifest) {
+  kjit::test::write_text(dir / "kernel.toml", manifest);
+  kjit::test::write_text(dir / "k.cu",
+                         "template <typename T> __global__ void k(T* o, const T* x, int n) {}\n");
+  return kjit::Package::load(dir.path());
+}
+
+} // namespace
+
+TEST_CASE("a package loads with its ops and warm list", "[package]") {
+  kjit::test::TempDir dir;
+  const auto package = load(dir, k_manifest);
+  CHECK(package.name() == "p");
+  CHECK(package.version() == "1.2.3");
+  REQUIRE(package.ops().size() == 1);
+  CHECK(package.ops()[0].schema == "f(Tensor x, int n) -> Tensor");
+  const auto warm = package.warm_list();
+  REQUIRE(warm.size() == 2);
+  CHECK(warm[0].kernel == "k<__half>");
+  CHECK(warm[1].kernel == "k<float>");
+  CHECK(warm[0].program.options().name_expressions == std::vector<std::string>{"k<__half>"});
+}
+
+TEST_CASE("non-ASCII bytes outside strings and comments are refused with their line", "[package]") {
+  kjit::test::TempDir dir;
+  std::string manifest = k_manifest;
+  manifest.insert(manifest.find("[kernel.k]"), "\xcf\x85 = 1\n");
+  try {
+    load(dir, manifest);
+    FAIL("expected a ManifestError");
+  } catch (const kjit::ManifestError& e) {
+    CHECK(e.line() == 6); // the inserted line, after a description and a comment in UTF-8
+    CHECK_THAT(std::string(e.what()), Catch::Contains("non-ASCII character"));
+  }
+}
+
+TEST_CASE("manifest mistakes name the key and line", "[package]") {
+  kjit::test::TempDir dir;
+  auto error_of = [&](const std::string& manifest) -> std::string {
+    try {
+      load(dir, manifest);
+    } catch (const kjit::ManifestError& e) {
+      return e.location() + " @" + std::to_string(e.line()) + ": " + e.what();
+    }
+    return "no error";
+  };
+  const std::string m = k_manifest;
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = m;
+    REQUIRE(text.find(from) != std::string::npos);
+    return text.replace(text.find(from), from.size(), to);
+  };
+  CHECK_THAT(error_of(with("version = \"1.2.3\"", "version = \"1.2\"")),
+             Catch::Contains("package.version") && Catch::Contains("not a semantic version"));
+  CHECK_THAT(error_of(with("block = [256]", "block = [1, 2, 3, 4]")),
+             Catch::Contains("op.f.block") && Catch::Contains("1 to 3 values"));
+  CHECK_THAT(error_of(with("\"float16\", ", "\"x\", ")), Catch::Contains("op.f.warm.T[0]"));
+  CHECK_THAT(error_of(m + "\n[op.g]\nschema = \"g(Tensor[] xs) -> Tensor\"\nkernel = \"k\"\n"
+                          "args = [\"out0\"]\ngrid = [1]\nblock = [1]\n"
+                          "outputs = [{ shape = [\"1\"], dtype = \"uint8\" }]\n"),
+             Catch::Contains("op.g.schema") && Catch::Contains("Tensor[]"));
+  CHECK_THAT(error_of(with("args = [\"out0\", \"x\", \"n\"]", "args = [\"out0\", \"x.dtype\"]")),
+             Catch::Contains("op.f.args[1]") && Catch::Contains("is dtype"));
+}
