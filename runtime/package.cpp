@@ -292,82 +292,48 @@ std::vector<std::string> placeholders(std::string_view entry) {
   return names;
 }
 
-// The line of the first non-ASCII byte that is not inside a value string or a comment, or 0.
-// Such bytes are never valid elsewhere in TOML (bare keys and whitespace are ASCII), and toml++
-// 3.3 reaches undefined behaviour classifying some of them as whitespace (found by
-// tests/fuzz/manifest_fuzzer.cpp under UBSan): they are refused before toml++ sees the text. The
-// scan is conservative where TOML is subtle: a multi-line string is only recognized where a value
-// starts, and non-ASCII in quoted keys is refused too.
-int non_ascii_outside_strings(std::string_view text) {
+// Note [toml++ and non-ASCII]: toml++ 3.3 (Debian 12's) reaches __builtin_unreachable when it
+// asks whether some non-ASCII characters are whitespace: its lookup table misses the blocks
+// U+00A1..U+0499, U+2C5E..U+3057 and U+FBE6..U+FEFE (found by tests/fuzz/manifest_fuzzer.cpp
+// under UBSan, from a bare 'υ' and from '\υ' in a string). Manifests holding such characters, or
+// invalid UTF-8, are refused before toml++ reads them; in strings they can be written as \uXXXX
+// escapes.
+struct TextProblem {
+  int line = 0;
+  std::string what;
+};
+
+TextProblem unsafe_text(std::string_view text) {
   int line = 1;
-  std::size_t i = 0;
-  char previous = '\n'; // the last significant character outside strings
-  std::string brackets; // '[' and '{' opened in value position
-  bool value = false;   // after '=' on this line, or inside brackets
-  auto starts = [&](std::string_view token) { return text.substr(i, token.size()) == token; };
-  // An escape is ASCII; toml++ tests the byte after a backslash for whitespace (a line-ending
-  // backslash), the undefined behaviour above for some non-ASCII characters.
-  auto escapes_non_ascii = [&](std::size_t at) {
-    return at + 1 < text.size() && static_cast<unsigned char>(text[at + 1]) >= 0x80;
-  };
-  while (i < text.size()) {
-    const char c = text[i];
-    const bool value_start =
-      value && (previous == '=' || (!brackets.empty() && brackets.back() == '[' &&
-                                    (previous == '[' || previous == ',')));
-    if (c == '\n') {
-      ++line;
+  for (std::size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x80) {
+      line += byte == '\n';
       ++i;
-      if (brackets.empty()) {
-        value = false;
-      }
-      previous = '\n';
-    } else if (c == ' ' || c == '\t' || c == '\r') {
-      ++i;
-    } else if (c == '#') {
-      while (i < text.size() && text[i] != '\n') {
-        ++i;
-      }
-    } else if (value_start && (starts("\"\"\"") || starts("\'\'\'"))) {
-      const std::string_view close = text.substr(i, 3);
-      const bool basic = close[0] == '"';
-      i += 3;
-      while (i < text.size() && !starts(close)) {
-        line += text[i] == '\n';
-        if (basic && text[i] == '\\' && escapes_non_ascii(i)) {
-          return line;
-        }
-        i += basic && text[i] == '\\' ? 2 : 1;
-      }
-      i += 3;
-      previous = 's';
-    } else if (c == '"' || c == '\'') {
-      const bool in_value = value_start || (value && !brackets.empty());
-      ++i;
-      while (i < text.size() && text[i] != c && text[i] != '\n') {
-        if ((!in_value && static_cast<unsigned char>(text[i]) >= 0x80) ||
-            (c == '"' && text[i] == '\\' && escapes_non_ascii(i))) {
-          return line;
-        }
-        i += c == '"' && text[i] == '\\' ? 2 : 1;
-      }
-      ++i;
-      previous = 's';
-    } else if (static_cast<unsigned char>(c) >= 0x80) {
-      return line;
-    } else {
-      if (c == '=') {
-        value = true;
-      } else if (value && (c == '[' || c == '{')) {
-        brackets.push_back(c);
-      } else if (!brackets.empty() && (c == ']' || c == '}')) {
-        brackets.pop_back();
-      }
-      previous = c;
-      ++i;
+      continue;
     }
+    const int length = byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 0;
+    char32_t c = length == 4 ? byte & 0x07 : length == 3 ? byte & 0x0F : byte & 0x1F;
+    bool valid = length > 0 && byte <= 0xF4 && i + length <= text.size();
+    for (int k = 1; valid && k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      valid = (next & 0xC0) == 0x80;
+      c = (c << 6) | (next & 0x3F);
+    }
+    if (!valid) {
+      return {line, "the manifest is not valid UTF-8"};
+    }
+    const bool unsafe =
+      c != 0xA0 && c != 0x3000 && c != 0xFEFF &&
+      ((c >= 0xA1 && c <= 0x499) || (c >= 0x2C5E && c <= 0x3057) || (c >= 0xFBE6 && c <= 0xFEFE));
+    if (unsafe) {
+      return {line, fmt::format("character U+{:04X} is not accepted by the TOML parser kjit uses; "
+                                "write it as \\u{:04X} in a string",
+                                static_cast<std::uint32_t>(c), static_cast<std::uint32_t>(c))};
+    }
+    i += static_cast<std::size_t>(length);
   }
-  return 0;
+  return {};
 }
 
 std::filesystem::path resolve(const std::filesystem::path& dir, const std::string& path) {
@@ -387,9 +353,8 @@ Package Package::load(const std::filesystem::path& path) {
     throw ManifestError(manifest.string(), "(file)", 0, 0,
                         fmt::format("cannot read the manifest: {}", read_error));
   }
-  if (const int line = non_ascii_outside_strings(*manifest_text); line > 0) {
-    throw ManifestError(manifest.string(), "(file)", line, 0,
-                        "non-ASCII character outside a string or comment");
+  if (const TextProblem problem = unsafe_text(*manifest_text); problem.line > 0) {
+    throw ManifestError(manifest.string(), "(file)", problem.line, 0, problem.what);
   }
   try {
     root = toml::parse(*manifest_text, manifest.string());

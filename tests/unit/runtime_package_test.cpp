@@ -10,7 +10,7 @@ namespace {
 const char* k_manifest = R"toml([package]
 name = "p"
 version = "1.2.3"
-description = "caf\u00e9: non-ASCII in strings is fine"  # and in comments: \u00fc
+description = "caf\\u00e9, \u4e2d\u6587: non-ASCII in strings is fine"  # and in comments: \u4e2d
 
 [kernel.k]
 source = "k.cu"
@@ -50,16 +50,22 @@ TEST_CASE("a package loads with its ops and warm list", "[package]") {
   CHECK(warm[0].program.options().name_expressions == std::vector<std::string>{"k<__half>"});
 }
 
-TEST_CASE("non-ASCII bytes outside strings and comments are refused with their line", "[package]") {
+TEST_CASE("characters the TOML parser mishandles, and invalid UTF-8, are refused with the line",
+          "[package]") {
   kjit::test::TempDir dir;
-  std::string manifest = k_manifest;
-  manifest.insert(manifest.find("[kernel.k]"), "\xcf\x85 = 1\n");
-  try {
-    load(dir, manifest);
-    FAIL("expected a ManifestError");
-  } catch (const kjit::ManifestError& e) {
-    CHECK(e.line() == 6); // the inserted line, after a description and a comment in UTF-8
-    CHECK_THAT(std::string(e.what()), Catch::Contains("non-ASCII character"));
+  // A bare Greek letter, the same as an escape, an accented letter in a string, invalid UTF-8.
+  for (const char* bad :
+       {"\xcf\x85 = 1\n", "x = \"\\\xcf\x85\"\n", "y = \"caf\xc3\xa9\"\n", "z = \"\xff\"\n"}) {
+    CAPTURE(bad);
+    std::string manifest = k_manifest;
+    manifest.insert(manifest.find("[kernel.k]"), bad);
+    try {
+      load(dir, manifest);
+      FAIL("expected a ManifestError");
+    } catch (const kjit::ManifestError& e) {
+      CHECK(e.line() == 6); // the inserted line, after a description and a comment in UTF-8
+      CHECK_THAT(std::string(e.what()), Catch::Contains("UTF-8") || Catch::Contains("\\u"));
+    }
   }
 }
 
