@@ -56,6 +56,9 @@ SchemaInfo parse_schema(std::string_view schema);
 // not a literal.
 std::optional<std::int64_t> literal_value(const Expr& expr);
 
+// Whether a manifest may hold code point `c` (see Note [toml++ and non-ASCII]).
+bool manifest_code_point_ok(char32_t c) noexcept;
+
 // The C++ text a specialization value stands for in an entry ("__half", "128", "true").
 std::string specialization_text(Kind kind, std::int64_t value);
 

@@ -100,6 +100,14 @@ SchemaInfo parse_schema(std::string_view schema) {
   return info;
 }
 
+bool manifest_code_point_ok(char32_t c) noexcept {
+  // See Note [toml++ and non-ASCII].
+  const bool mishandled =
+    c != 0xA0 && c != 0x3000 && c != 0xFEFF &&
+    ((c >= 0xA1 && c <= 0x499) || (c >= 0x2C5E && c <= 0x3057) || (c >= 0xFB26 && c <= 0xFEFE));
+  return !mishandled && c <= 0x10FFFF && !(c >= 0xD800 && c <= 0xDFFF);
+}
+
 std::optional<std::int64_t> literal_value(const Expr& expr) {
   const Node& root = expr.nodes()[expr.root()];
   switch (root.op) {
@@ -294,7 +302,7 @@ std::vector<std::string> placeholders(std::string_view entry) {
 
 // Note [toml++ and non-ASCII]: toml++ 3.3 (Debian 12's) reaches __builtin_unreachable when it
 // asks whether some non-ASCII characters are whitespace: its lookup table misses the blocks
-// U+00A1..U+0499, U+2C5E..U+3057 and U+FBE6..U+FEFE (found by tests/fuzz/manifest_fuzzer.cpp
+// U+00A1..U+0499, U+2C5E..U+3057 and U+FB26..U+FEFE (found by tests/fuzz/manifest_fuzzer.cpp
 // under UBSan, from a bare 'υ' and from '\υ' in a string). Manifests holding such characters, or
 // invalid UTF-8, are refused before toml++ reads them; in strings they can be written as \uXXXX
 // escapes.
@@ -323,9 +331,7 @@ TextProblem unsafe_text(std::string_view text) {
     if (!valid) {
       return {line, "the manifest is not valid UTF-8"};
     }
-    const bool unsafe =
-      c != 0xA0 && c != 0x3000 && c != 0xFEFF &&
-      ((c >= 0xA1 && c <= 0x499) || (c >= 0x2C5E && c <= 0x3057) || (c >= 0xFBE6 && c <= 0xFEFE));
+    const bool unsafe = !detail::manifest_code_point_ok(c);
     if (unsafe) {
       return {line, fmt::format("character U+{:04X} is not accepted by the TOML parser kjit uses; "
                                 "write it as \\u{:04X} in a string",

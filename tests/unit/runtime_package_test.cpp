@@ -1,7 +1,11 @@
 #include <kjit/error.hpp>
 #include <kjit/package.hpp>
 
+#include "runtime/op_spec.hpp"
 #include "support/test_support.hpp"
+
+#define TOML_HEADER_ONLY 1
+#include <toml++/toml.h>
 
 #include <catch2/catch.hpp>
 
@@ -96,4 +100,18 @@ TEST_CASE("manifest mistakes name the key and line", "[package]") {
              Catch::Contains("op.g.schema") && Catch::Contains("Tensor[]"));
   CHECK_THAT(error_of(with("args = [\"out0\", \"x\", \"n\"]", "args = [\"out0\", \"x.dtype\"]")),
              Catch::Contains("op.f.args[1]") && Catch::Contains("is dtype"));
+}
+
+TEST_CASE("every code point a manifest may hold is safe for toml++'s classifiers", "[package]") {
+  // Exhaustive: under UBSan (scripts/dev sanitize) a code point reaching toml++'s unreachable
+  // branches aborts this test.
+  std::uint32_t accepted = 0;
+  for (char32_t c = 0x80; c <= 0x10FFFF; ++c) {
+    if (kjit::detail::manifest_code_point_ok(c)) {
+      ++accepted;
+      (void)toml::impl::is_non_ascii_horizontal_whitespace(c);
+      (void)toml::impl::is_non_ascii_vertical_whitespace(c);
+    }
+  }
+  CHECK(accepted > 1000000);
 }
