@@ -66,21 +66,7 @@ std::vector<std::filesystem::path> read_only_cache_paths(const RuntimeOptions& o
   if (options.read_only_caches) {
     return *options.read_only_caches;
   }
-  std::vector<std::filesystem::path> paths;
-  if (auto text = detail::getenv_nonempty("KJIT_CACHE_READONLY")) {
-    std::string_view rest = *text;
-    while (!rest.empty()) {
-      const auto colon = rest.find(':');
-      if (colon != 0) {
-        paths.emplace_back(std::string(rest.substr(0, colon)));
-      }
-      if (colon == std::string_view::npos) {
-        break;
-      }
-      rest.remove_prefix(colon + 1);
-    }
-  }
-  return paths;
+  return detail::env_paths("KJIT_CACHE_READONLY");
 }
 
 std::unique_ptr<detail::SqliteStore> open_store(const RuntimeOptions& options) {

@@ -82,20 +82,7 @@ WarmSummary warm(Runtime& runtime, const std::vector<Package>& packages,
 
 std::vector<std::filesystem::path>
 package_search_path(const std::vector<std::filesystem::path>& builtin) {
-  std::vector<std::filesystem::path> path;
-  if (auto text = detail::getenv_nonempty("KJIT_PATH")) {
-    std::string_view rest = *text;
-    while (!rest.empty()) {
-      const auto colon = rest.find(':');
-      if (colon != 0) {
-        path.emplace_back(std::string(rest.substr(0, colon)));
-      }
-      if (colon == std::string_view::npos) {
-        break;
-      }
-      rest.remove_prefix(colon + 1);
-    }
-  }
+  std::vector<std::filesystem::path> path = detail::env_paths("KJIT_PATH");
   for (const auto& dir : builtin) {
     if (std::find(path.begin(), path.end(), dir) == path.end()) {
       path.push_back(dir);

@@ -29,6 +29,24 @@ bool env_flag(const char* name) {
   return lower == "1" || lower == "true" || lower == "yes" || lower == "on";
 }
 
+std::vector<std::filesystem::path> env_paths(const char* name) {
+  std::vector<std::filesystem::path> paths;
+  if (auto text = getenv_nonempty(name)) {
+    std::string_view rest = *text;
+    while (!rest.empty()) {
+      const auto colon = rest.find(':');
+      if (colon != 0) {
+        paths.emplace_back(std::string(rest.substr(0, colon)));
+      }
+      if (colon == std::string_view::npos) {
+        break;
+      }
+      rest.remove_prefix(colon + 1);
+    }
+  }
+  return paths;
+}
+
 std::optional<std::uint64_t> parse_size(std::string_view text) {
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
     text.remove_suffix(1);
