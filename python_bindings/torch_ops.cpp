@@ -13,6 +13,8 @@
 #include <torch/library.h>
 
 #include <array>
+#include <atomic>
+#include <deque>
 #include <map>
 #include <mutex>
 
@@ -226,7 +228,9 @@ public:
   }
 
   // The kernel for this call's specialization values on `device` (compiled or fetched once).
-  Kernel kernel(const CallEnv<std::int64_t>& env, int device) {
+  // The slot of the previous call is checked first, without a lock: a stream of calls with the
+  // same dtypes pays one comparison. Slots live in a deque, so the reference stays valid.
+  const Kernel& kernel(const CallEnv<std::int64_t>& env, int device) {
     KernelSlot key;
     key.device = device;
     for (std::size_t i = 0; i < m_spec->specialize.size(); ++i) {
@@ -236,9 +240,14 @@ public:
                       : expr.kind() == Kind::bool_ ? std::int64_t(Evaluator(expr, env).boolean())
                                                    : Evaluator(expr, env).integer();
     }
+    const KernelSlot* last = m_last.load(std::memory_order_acquire);
+    if (last != nullptr && last->device == key.device && last->values == key.values) {
+      return last->kernel;
+    }
     std::lock_guard lock(m_mutex);
     for (const KernelSlot& slot : m_kernels) {
       if (slot.device == key.device && slot.values == key.values) {
+        m_last.store(&slot, std::memory_order_release);
         return slot.kernel;
       }
     }
@@ -250,8 +259,9 @@ public:
     const KernelDecl& decl = m_package.kernels()[m_spec->kernel];
     auto [program, name] = m_package.specialize(decl, texts);
     key.kernel = runtime().kernel(program, name);
-    m_kernels.push_back(key);
-    return key.kernel;
+    const KernelSlot& slot = m_kernels.emplace_back(std::move(key));
+    m_last.store(&slot, std::memory_order_release);
+    return slot.kernel;
   }
 
   const c10::OperatorHandle& cpu_op() {
@@ -268,7 +278,8 @@ private:
   std::string m_ns;
   std::string m_qualified;
   std::mutex m_mutex;
-  std::vector<KernelSlot> m_kernels;
+  std::deque<KernelSlot> m_kernels;               // guarded by m_mutex; elements never move
+  std::atomic<const KernelSlot*> m_last{nullptr}; // the slot of the latest call
   std::once_flag m_cpu_once;
   std::optional<c10::OperatorHandle> m_cpu_op;
 };
@@ -425,7 +436,7 @@ private:
     }
     const unsigned shared_mem =
       launch_dim(spec.shared_mem, env, m_state->qualified(), "shared memory size");
-    const Kernel kernel = m_state->kernel(env, device.index());
+    const Kernel& kernel = m_state->kernel(env, device.index());
 
     const auto params = kernel.param_sizes();
     if (!params.empty() && params.size() != spec.args.size()) {
@@ -509,9 +520,9 @@ std::vector<std::pair<std::string, std::string>> register_package(const Package&
   const std::string manifest = package.manifest().string();
   if (auto it = r.namespaces.find(ns); it != r.namespaces.end()) {
     if (it->second != manifest) {
-      throw ManifestError(manifest, "package.name", 0, 0,
-                          fmt::format("op namespace '{}' is taken by the package at '{}'",
-                                      ns, it->second));
+      throw ManifestError(
+        manifest, "package.name", 0, 0,
+        fmt::format("op namespace '{}' is taken by the package at '{}'", ns, it->second));
     }
   } else {
     // Every op is validated before the namespace is taken, so a failed load can be retried.
@@ -519,8 +530,8 @@ std::vector<std::pair<std::string, std::string>> register_package(const Package&
     for (const auto& spec : package.op_specs()) {
       states.push_back(std::make_shared<OpState>(package, spec, ns));
     }
-    auto library = std::make_unique<torch::Library>(torch::Library::DEF, ns,
-                                                    std::nullopt, __FILE__, __LINE__);
+    auto library =
+      std::make_unique<torch::Library>(torch::Library::DEF, ns, std::nullopt, __FILE__, __LINE__);
     for (const auto& state : states) {
       const OpSpec* spec = &state->spec();
       try {

@@ -7,9 +7,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+
+#include <sys/statvfs.h>
 
 #ifndef KJIT_CUDA_TOOLKIT_INCLUDE_DIR
 #  define KJIT_CUDA_TOOLKIT_INCLUDE_DIR "/usr/local/cuda/include"
@@ -125,12 +128,70 @@ UniqueProgram& UniqueProgram::operator=(UniqueProgram&& other) noexcept {
   return *this;
 }
 
-CompileResult nvrtc_compile(const CompileRequest& request) {
+// Note [Precompiled headers]: compiles ask NVRTC (12.8+) for automatic PCH (`-pch`). The first
+// program of a process that starts with a run of #includes pays for parsing them and leaves a
+// precompiled header in NVRTC's process-wide PCH heap; later programs with the same leading
+// includes and options start from it instead of parsing them again (cuda_fp16.h with cuda/std
+// headers: about 1.5 s, then 0.2 s; bench/RESULTS.md). A PCH saves parsing and changes no code:
+// the cubins differ from a compile without it only where two compiles without it already differ
+// (the unique ids of internal-linkage names), which a test checks. So it is not part of the
+// cache key, like the number of threads of a parallel build. NVRTC keeps the files (about
+// 100 MB each) in a folder of its own under $TMPDIR or /tmp for the life of the process, so PCH is
+// only asked for where that has room (`pch_has_room`). KJIT_NVRTC_PCH=0 turns it off; a user's
+// own PCH options (`--create-pch`, `--use-pch`, `--pch-dir`, ...) are passed as given instead.
+bool nvrtc_pch_enabled() {
+  static const bool enabled = [] {
+    const auto value = getenv_nonempty("KJIT_NVRTC_PCH");
+    return !value || (*value != "0" && *value != "off" && *value != "false");
+  }();
+  return enabled;
+}
+
+namespace {
+
+bool is_pch_option(const std::string& option) {
+  for (const char* prefix :
+       {"-pch", "--pch", "-create-pch", "--create-pch", "-use-pch", "--use-pch",
+        "-instantiate-templates-in-pch", "--instantiate-templates-in-pch"}) {
+    if (option.starts_with(prefix)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Set once automatic PCH has made a compile fail that succeeds without it.
+std::atomic<bool> g_pch_failed{false};
+
+// Whether NVRTC's PCH folder ($TMPDIR, else /tmp) has room for its PCH heap. NVRTC maps its PCH
+// files into memory; where the file system fills up under the mapping, the process dies of
+// SIGBUS, which no error code reports. So PCH is only asked for with 1 GiB free there: the
+// default PCH heap is 256 MiB, and a PCH of cuda/std headers is about 100 MB.
+bool pch_has_room() {
+  constexpr std::uint64_t k_needed = std::uint64_t{1} << 30;
+  const auto tmpdir = getenv_nonempty("TMPDIR");
+  const std::string dir = tmpdir ? std::string(*tmpdir) : std::string("/tmp");
+  struct statvfs fs {};
+  const bool room =
+    ::statvfs(dir.c_str(), &fs) == 0 && std::uint64_t(fs.f_bavail) * fs.f_frsize >= k_needed;
+  static std::atomic<bool> said{false};
+  if (!room && !said.exchange(true)) {
+    log(LogLevel::info,
+        "less than 1 GiB free in '{}': compiling without NVRTC's precompiled headers", dir);
+  }
+  return room;
+}
+
+CompileResult compile_once(const CompileRequest& request, bool auto_pch) {
   const NvrtcApi& api = nvrtc();
   std::vector<std::string> options;
   options.push_back("--gpu-architecture=" + request.target.name());
   for (const auto& option : request.options) {
     options.push_back(option);
+  }
+  if (auto_pch) {
+    // Quiet: a PCH that does not fit this program is not worth a line in its log.
+    options.insert(options.end(), {"-pch", "--pch-messages=false", "--pch-verbose=false"});
   }
   for (const auto& dir : request.include_dirs) {
     options.push_back("-I" + dir);
@@ -180,6 +241,15 @@ CompileResult nvrtc_compile(const CompileRequest& request) {
   if (compiled != NVRTC_SUCCESS) {
     throw_nvrtc(api, compiled, "nvrtcCompileProgram", request, options, result.log);
   }
+  if (auto_pch) {
+    const nvrtcResult pch = api.nvrtcGetPCHCreateStatus(program.get());
+    if (pch == NVRTC_SUCCESS) {
+      result.pch_created = true;
+    } else if (pch == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED || pch == NVRTC_ERROR_PCH_CREATE) {
+      log(LogLevel::debug, "NVRTC made no precompiled header for '{}': {}", request.name,
+          api.nvrtcGetErrorString(pch));
+    }
+  }
 
   std::size_t size = 0;
   if (request.target.kind == OutputKind::cubin) {
@@ -197,6 +267,36 @@ CompileResult nvrtc_compile(const CompileRequest& request) {
     result.lowered_names.emplace_back(expression, lowered);
   }
   return result;
+}
+
+} // namespace
+
+CompileResult nvrtc_compile(const CompileRequest& request) {
+  const bool auto_pch =
+    request.auto_pch && !g_pch_failed.load(std::memory_order_relaxed) &&
+    std::none_of(request.options.begin(), request.options.end(), is_pch_option) && pch_has_room();
+  if (!auto_pch) {
+    return compile_once(request, false);
+  }
+  try {
+    return compile_once(request, true);
+  } catch (const CompileError& e) {
+    // NVRTC maps its PCH heap from files under /tmp: where /tmp is full or not writable, a
+    // compile with `-pch` dies with a catastrophic error ("unable to obtain mapped memory").
+    // Such an error (a missing header is one too) gets one more try without PCH; if that one
+    // succeeds, PCH was the cause and stays off for this process.
+    if (e.log().find("atastrophic error") == std::string::npos) {
+      throw;
+    }
+    CompileResult result = compile_once(request, false); // a real error throws here
+    if (!g_pch_failed.exchange(true)) {
+      const std::string_view nvrtc_log = e.log();
+      log(LogLevel::warning,
+          "NVRTC failed with precompiled headers ({}); compiling without them from now on",
+          nvrtc_log.substr(0, nvrtc_log.find('\n')));
+    }
+    return result;
+  }
 }
 
 } // namespace kjit::detail

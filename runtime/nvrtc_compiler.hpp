@@ -29,7 +29,8 @@ namespace kjit::detail {
   X(nvrtcGetPTXSize)                                                                               \
   X(nvrtcGetPTX)                                                                                   \
   X(nvrtcAddNameExpression)                                                                        \
-  X(nvrtcGetLoweredName)
+  X(nvrtcGetLoweredName)                                                                           \
+  X(nvrtcGetPCHCreateStatus)
 
 struct NvrtcApi {
 #define KJIT_NVRTC_MEMBER(name) decltype(&::name) name = nullptr;
@@ -78,6 +79,9 @@ private:
   nvrtcProgram m_program = nullptr;
 };
 
+// Whether compiles ask NVRTC for automatic precompiled headers: on unless KJIT_NVRTC_PCH=0.
+bool nvrtc_pch_enabled();
+
 struct CompileRequest {
   std::string name;
   std::string source;
@@ -86,6 +90,7 @@ struct CompileRequest {
   std::vector<std::string> include_dirs;
   std::vector<std::string> name_expressions;
   Target target;
+  bool auto_pch = nvrtc_pch_enabled(); // Note [Precompiled headers]
 };
 
 struct CompileResult {
@@ -93,6 +98,8 @@ struct CompileResult {
   std::vector<std::pair<std::string, std::string>> lowered_names;
   std::string log;
   double compile_ms = 0; // nvrtcCompileProgram alone
+  // Whether this compile left a precompiled header for later ones (Note [Precompiled headers]).
+  bool pch_created = false;
 };
 
 // Compiles `request`. Throws `CompileError` (with the log) when NVRTC fails.

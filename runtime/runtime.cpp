@@ -245,8 +245,9 @@ struct Runtime::Impl {
     detail::CompileResult result = detail::nvrtc_compile(request);
     compiles.fetch_add(1, std::memory_order_relaxed);
     compile_ms.fetch_add(result.compile_ms, std::memory_order_relaxed);
-    detail::log(LogLevel::info, "compiled '{}' for {} in {:.1f} ms", program.name(), target.name(),
-                result.compile_ms);
+    detail::log(LogLevel::info, "compiled '{}' for {} in {:.1f} ms{}", program.name(),
+                target.name(), result.compile_ms,
+                result.pch_created ? " (and precompiled its headers for the next compiles)" : "");
     if (!result.log.empty()) {
       detail::log(LogLevel::debug, "NVRTC log of '{}':\n{}", program.name(), result.log);
     }

@@ -26,12 +26,12 @@ extern "C" __global__ void img2gray_kernel(const unsigned char* __restrict__ rgb
 
 // The fast kernel the op uses: a contiguous image is a flat array of pixels, so each thread
 // converts 16 of them with three 16-byte loads (48 bytes of RGB) and one 16-byte store, the
-// widest accesses the memory system serves. Pixels past the last full group of 16, and images
+// widest accesses the memory system serves. Plain loads and stores: the streaming hints
+// (__ldcs/__stcs) measured 7% slower on an H200. Pixels past the last full group of 16, and images
 // whose pointers are not 16-byte aligned (views into a larger buffer), take the byte-wise path.
 // Same arithmetic as img2gray_kernel, so the results are identical.
 extern "C" __global__ void img2gray_vec_kernel(const unsigned char* __restrict__ rgb,
-                                               unsigned char* __restrict__ gray,
-                                               long long pixels) {
+                                               unsigned char* __restrict__ gray, long long pixels) {
   constexpr int k_pixels = 16;
   const long long first =
     (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) * k_pixels;
@@ -46,9 +46,9 @@ extern "C" __global__ void img2gray_vec_kernel(const unsigned char* __restrict__
       unsigned char bytes[48];
     } in;
     const uint4* src = reinterpret_cast<const uint4*>(rgb + 3 * first);
-    in.words[0] = __ldcs(src);
-    in.words[1] = __ldcs(src + 1);
-    in.words[2] = __ldcs(src + 2);
+    in.words[0] = src[0];
+    in.words[1] = src[1];
+    in.words[2] = src[2];
     union {
       uint4 word;
       unsigned char bytes[16];
@@ -57,7 +57,7 @@ extern "C" __global__ void img2gray_vec_kernel(const unsigned char* __restrict__
     for (int k = 0; k < k_pixels; ++k) {
       out.bytes[k] = luma(in.bytes[3 * k], in.bytes[3 * k + 1], in.bytes[3 * k + 2]);
     }
-    __stcs(reinterpret_cast<uint4*>(gray + first), out.word);
+    *reinterpret_cast<uint4*>(gray + first) = out.word;
     return;
   }
   const long long last = first + k_pixels < pixels ? first + k_pixels : pixels;

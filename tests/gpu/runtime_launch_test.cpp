@@ -154,3 +154,49 @@ TEST_CASE("the vectorized img2gray kernel matches the reference, aligned or not"
     }
   }
 }
+
+TEST_CASE("dynamic shared memory: a block-wise sum (racecheck's kernel)", "[gpu]") {
+  // Each block sums its 256 inputs through shared memory; compute-sanitizer's racecheck runs over
+  // this test (scripts/gpu-check sanitize), so the barriers are checked, not assumed.
+  kjit::Runtime runtime(kjit::RuntimeOptions{.disable_cache = true});
+  kjit::Program program("block_sum.cu", R"(
+extern "C" __global__ void block_sum(const int* __restrict__ in, int* __restrict__ out, int n) {
+  extern __shared__ int partial[];
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  partial[threadIdx.x] = i < n ? in[i] : 0;
+  __syncthreads();
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      partial[threadIdx.x] += partial[threadIdx.x + stride];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    out[blockIdx.x] = partial[0];
+  }
+}
+)");
+  const auto kernel = runtime.kernel(program, "block_sum");
+  constexpr int k_block = 256;
+  const int n = 1000 * k_block + 77; // a partial last block
+  const unsigned blocks = kjit::cdiv(n, k_block);
+  std::vector<int> values(n);
+  for (int i = 0; i < n; ++i) {
+    values[i] = (i * 7919) % 1001 - 500;
+  }
+  kjit::DeviceBuffer in(n * sizeof(int));
+  kjit::DeviceBuffer out(blocks * sizeof(int));
+  in.upload(values.data(), in.size());
+  kernel.launch({blocks}, {k_block}, k_block * sizeof(int), nullptr, in.get(), out.get(), n);
+  kjit::synchronize();
+  std::vector<int> sums(blocks);
+  out.download(sums.data(), out.size());
+  for (unsigned b = 0; b < blocks; ++b) {
+    int expected = 0;
+    for (int i = b * k_block; i < std::min<int>(n, (b + 1) * k_block); ++i) {
+      expected += values[i];
+    }
+    CAPTURE(b);
+    REQUIRE(sums[b] == expected);
+  }
+}

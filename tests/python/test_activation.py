@@ -51,7 +51,9 @@ def test_compile_dynamic_cpu(activation):
 @cuda
 @pytest.mark.parametrize("name", ["silu_and_mul", "gelu_and_mul"])
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 2), (3, 5, 2 * 11), (16, 2 * 4096), (8, 2 * 11008)])
+@pytest.mark.parametrize(
+    "shape", [(1, 2), (3, 5, 2 * 11), (16, 2 * 4096), (8, 2 * 11008), (7, 2 * 64), (6, 2 * 1000)]
+)
 def test_cuda_matches_torch(activation, name, dtype, shape):
     x = torch.randn(shape, dtype=dtype, device="cuda")
     out = getattr(activation, name)(x)
@@ -61,8 +63,9 @@ def test_cuda_matches_torch(activation, name, dtype, shape):
 
 @cuda
 def test_cuda_many_tokens(activation):
-    # More rows than the grid's 65535 blocks: blocks loop over rows.
-    x = torch.randn(70000, 2 * 8, device="cuda", dtype=torch.float16)
+    # More rows than the grid's 65535 blocks of 4 rows each: blocks loop over rows, and the last
+    # block gets fewer than 4 (270003 = 4 x 65535 + 7863).
+    x = torch.randn(270003, 2 * 8, device="cuda", dtype=torch.float16)
     check_close(activation.silu_and_mul(x), reference("silu_and_mul", x), torch.float16)
 
 

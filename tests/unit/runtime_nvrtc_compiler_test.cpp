@@ -5,6 +5,7 @@
 #include "support/test_support.hpp"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 namespace {
 
@@ -105,4 +106,79 @@ TEST_CASE("an NVRTC failure before compiling is a CompileError naming the call",
     CHECK(e.result_name() == "NVRTC_ERROR_OUT_OF_MEMORY");
     CHECK_THAT(std::string(e.what()), Catch::Contains("nvrtcCreateProgram"));
   }
+}
+
+namespace {
+
+// A program that starts with headers worth precompiling; `salt` makes each one a new program.
+kjit::detail::CompileRequest header_heavy(int salt, bool auto_pch) {
+  kjit::detail::CompileRequest request;
+  request.name = "heavy.cu";
+  request.source = fmt::format(R"(#include <cuda_fp16.h>
+#include <cuda/std/type_traits>
+#include <cuda/std/limits>
+#include <cuda/std/array>
+
+template <typename T> __global__ void heavy(T* x, int n) {{
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  cuda::std::array<float, 2> bias{{{}.0f, 1.0f}};
+  if (i < n) {{
+    x[i] = T(float(x[i]) * bias[0] + cuda::std::numeric_limits<float>::epsilon());
+  }}
+}}
+template __global__ void heavy<__half>(__half*, int);
+)",
+                               salt);
+  request.options = {"-std=c++17"};
+  request.target = k_sm90;
+  request.auto_pch = auto_pch;
+  return request;
+}
+
+// The positions where two cubins differ, each checked to lie inside an internal-linkage name
+// ("_INTERNAL_<file id>_..."): NVRTC gives those a per-compile unique id.
+void require_same_code(const std::string& a, const std::string& b) {
+  REQUIRE(a.size() == b.size());
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) {
+      continue;
+    }
+    ++differing;
+    const auto name = a.rfind("_INTERNAL_", i);
+    INFO("byte " << i << " differs");
+    REQUIRE(name != std::string::npos);
+    REQUIRE(i - name < 48);
+    REQUIRE(a.find('\0', name) > i);
+  }
+  CHECK(differing < a.size() / 100);
+}
+
+} // namespace
+
+TEST_CASE("precompiled headers: made by the first compile, used by the next, change no code",
+          "[nvrtc]") {
+  // Without PCH, twice: shows what differs between two compiles of the same program.
+  const auto plain = kjit::detail::nvrtc_compile(header_heavy(1, false));
+  const auto plain_again = kjit::detail::nvrtc_compile(header_heavy(1, false));
+  CHECK_FALSE(plain.pch_created);
+  require_same_code(plain.binary, plain_again.binary);
+
+  // With PCH: another program with the same leading includes creates it (unless an earlier
+  // test of this process already did), then the program above compiles from it.
+  const auto first = kjit::detail::nvrtc_compile(header_heavy(2, true));
+  CHECK(first.pch_created);
+  const auto with_pch = kjit::detail::nvrtc_compile(header_heavy(1, true));
+  CHECK_FALSE(with_pch.pch_created); // it used the existing one
+  CHECK(with_pch.log.empty());       // and said nothing about it
+  require_same_code(plain.binary, with_pch.binary);
+  CHECK(with_pch.lowered_names == plain.lowered_names);
+}
+
+TEST_CASE("a user's own PCH options replace the automatic ones", "[nvrtc]") {
+  auto request = header_heavy(3, true);
+  request.options.push_back("--pch-messages=true");
+  // `--pch-messages` alone asks for no PCH: no automatic `-pch` was added, so none is created.
+  const auto result = kjit::detail::nvrtc_compile(request);
+  CHECK_FALSE(result.pch_created);
 }

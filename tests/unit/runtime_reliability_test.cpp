@@ -122,7 +122,11 @@ TEST_CASE("a full disk is one warning; kernels still compile", "[reliability]") 
         }
       }
     }
-    ::_exit(logs.count("cannot write to kernel cache") == 1 ? 0 : 4);
+    // NVRTC's precompiled headers need room in /tmp too: at most one warning says they are off.
+    ::_exit(logs.count("cannot write to kernel cache") == 1 &&
+                logs.count("precompiled headers") <= 1
+              ? 0
+              : 4);
   }
   int status = 0;
   ::waitpid(pid, &status, 0);
