@@ -9,7 +9,9 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
 #include <array>
@@ -284,6 +286,48 @@ private:
   std::optional<c10::OperatorHandle> m_cpu_op;
 };
 
+// Note [Autograd kernel]: kjit ops have no derivatives. Called with inputs that require grad
+// (in grad mode), the outputs get a `NotImplemented` node, so a backward through them fails
+// naming the op, as torch's autogradNotImplementedFallback does; otherwise the call goes straight
+// on to the device kernel. torch's fallback walks the schema's alias annotations and allocates on
+// every call, for in-place and view ops that manifests cannot declare: that was measured as a
+// tenth of an op's per-call time from Python.
+void autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                     torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const std::size_t first = stack->size() - schema.arguments().size();
+  c10::SmallVector<const at::Tensor*, 4> requiring_grad;
+  if (at::GradMode::is_enabled()) {
+    for (std::size_t i = first; i < stack->size(); ++i) {
+      const c10::IValue& value = (*stack)[i];
+      if (value.isTensor() && value.toTensor().requires_grad()) {
+        requiring_grad.push_back(&value.toTensor());
+      }
+    }
+  }
+  std::shared_ptr<torch::autograd::NotImplemented> grad_fn;
+  if (!requiring_grad.empty()) {
+    grad_fn = std::shared_ptr<torch::autograd::NotImplemented>(
+      new torch::autograd::NotImplemented(schema.name()), torch::autograd::deleteNode);
+    grad_fn->set_next_edges(torch::autograd::collect_next_edges(
+      c10::ArrayRef<const at::Tensor*>(requiring_grad.data(), requiring_grad.size())));
+  }
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
+  }
+  if (grad_fn) {
+    const std::size_t returns = schema.returns().size();
+    for (std::size_t i = stack->size() - returns; i < stack->size(); ++i) {
+      const c10::IValue& value = (*stack)[i];
+      if (value.isTensor() &&
+          torch::autograd::isDifferentiableType(value.toTensor().scalar_type())) {
+        torch::autograd::set_history(value.toTensor(), grad_fn);
+      }
+    }
+  }
+}
+
 // Packs one kernel argument into `slot` as the kernel's parameter `size` asks; returns its size.
 std::size_t pack(const Expr& expr, const CallEnv<std::int64_t>& env, std::size_t param_size,
                  std::uint64_t& slot, const std::string& op, std::size_t index) {
@@ -370,7 +414,7 @@ private:
   at::Device common_device(const CallEnv<std::int64_t>& env, bool want_cuda) const {
     const OpSpec& spec = m_state->spec();
     std::optional<at::Device> device;
-    std::string first;
+    std::size_t first = 0;
     for (std::size_t i = 0; i < spec.num_inputs; ++i) {
       if (spec.symbols[i].kind != Kind::tensor) {
         continue;
@@ -378,11 +422,12 @@ private:
       const at::Device d = env.tensors[i]->device();
       if (!device) {
         device = d;
-        first = spec.symbols[i].name;
+        first = i;
       } else {
         TORCH_CHECK_VALUE(d == *device, m_state->qualified(),
-                          ": expected all tensors on one device, but '", first, "' is on ",
-                          device->str(), " and '", spec.symbols[i].name, "' is on ", d.str());
+                          ": expected all tensors on one device, but '", spec.symbols[first].name,
+                          "' is on ", device->str(), " and '", spec.symbols[i].name, "' is on ",
+                          d.str());
       }
     }
     TORCH_CHECK_VALUE(device.has_value(), m_state->qualified(), ": no tensor argument");
@@ -550,7 +595,7 @@ std::vector<std::pair<std::string, std::string>> register_package(const Package&
       library->impl(spec->name.c_str(), torch::dispatch(c10::DispatchKey::CPU, functor(Mode::cpu)));
       library->impl(spec->name.c_str(),
                     torch::dispatch(c10::DispatchKey::Autograd,
-                                    torch::autograd::autogradNotImplementedFallback()));
+                                    torch::CppFunction::makeFromBoxedFunction<&autograd_kernel>()));
       if (!spec->cpu.empty()) {
         library->def(hidden_schema(*spec).c_str());
       }

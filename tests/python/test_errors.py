@@ -61,8 +61,14 @@ def test_zero_size_inputs_give_empty_results(img2gray, activation):
 
 def test_backward_through_an_op_is_an_error(activation):
     x = torch.randn(2, 8, requires_grad=True)
-    with pytest.raises(RuntimeError, match="not implemented"):
-        activation.silu_and_mul(x).sum().backward()
+    out = activation.silu_and_mul(x)
+    assert out.requires_grad and "NotImplemented" in type(out.grad_fn).__name__
+    with pytest.raises(RuntimeError, match="derivative for activation::silu_and_mul is not implemented"):
+        out.sum().backward()
+    # No history where no grad is asked for.
+    with torch.no_grad():
+        assert not activation.silu_and_mul(x).requires_grad
+    assert not activation.silu_and_mul(x.detach()).requires_grad
 
 
 def test_unknown_package():
