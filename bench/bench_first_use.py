@@ -1,8 +1,8 @@
 """First use of img2gray in a new process, kjit against each peer, cold (empty caches: every
 system compiles) and warm (a new process on the caches the cold run left).
 
-Each measurement is a child process: torch's CUDA context is made first and reported apart, then
-the system's module import (apart), then the timed part: request -> first result, synchronized
+Each measurement is a child process: torch is imported and its CUDA context made first (reported
+apart), then the system's module import (apart), then the timed part: request -> first result, synchronized
 (kjit: kjit.load + the op's first call; AOT: cpp_extension.load + call; load_inline: the same;
 CuPy: RawKernel + call; Triton: first call of the jitted function; jiterator: _create_jit_fn +
 call). Every cache is pointed at a folder of this run: KJIT_CACHE_DIR, build folders,

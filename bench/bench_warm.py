@@ -1,5 +1,6 @@
-"""Pre-warm throughput: `kjit warm` of every bundled package for a fleet's archs, on an empty
-cache each time, with 1, 2, 4 and 8 jobs. Speedup = time with 1 job / time with N jobs.
+"""Pre-warm throughput: `kjit warm` of every bundled package for every arch NVRTC supports, on an
+empty cache each time, with 1, 2, 4 and 8 jobs (worker processes, the CLI's default). Speedup =
+time with 1 job / time with N jobs.
 Measured with NVRTC's automatic precompiled headers (the default) and without (KJIT_NVRTC_PCH=0).
 
   python3 bench/bench_warm.py --kjit PATH [--json FILE]
@@ -16,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = [str(ROOT / "kernels_src" / "img2gray"), str(ROOT / "kernels_src" / "activation")]
-ARCHS = "sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120"
+ARCHS = "sm_75,sm_80,sm_86,sm_87,sm_88,sm_89,sm_90,sm_100,sm_103,sm_110,sm_120,sm_121"  # all of NVRTC 13.0
 JOBS = [1, 2, 4, 8]
 
 

@@ -2,7 +2,8 @@
 chart bench/results.png (copies of both, the JSON results and the logs go to --out).
 
   python3 bench/run_all.py --build BUILD_DIR --out DIR     (after a build and `pip install .`)
-  python3 bench/run_all.py --report-only --out DIR         (rewrite the report from DIR's JSON)
+  python3 bench/run_all.py --report-only --out DIR         (rewrite the report from DIR's JSON;
+                                                           bench/results/ holds this report's)
   --suites runtime,ops       runs some suites only (the report uses every JSON in DIR)
 
 Suites: bench_runtime (C++: cold/warm first use, lookup, launch, header-heavy compiles),
@@ -53,7 +54,7 @@ FIRST_USE_NAMES = {"kjit": "kjit", "aot": "AOT extension (nvcc build)", "load_in
                    "cupy": "CuPy RawKernel", "triton": "Triton", "jiterator": "jiterator"}
 
 
-def report(out, command):
+def report(out, command, note=""):
     runtime = load(out, "runtime") or []
     first = load(out, "first_use") or {}
     ops = load(out, "ops") or {}
@@ -63,12 +64,17 @@ def report(out, command):
         return next((r for r in runtime if r["metric"].startswith(prefix)), None)
 
     lines = ["# kjit benchmark results", ""]
+    date_file = out / "date.txt"
+    date = date_file.read_text().strip() if date_file.exists() else datetime.date.today().isoformat()
     device = ops.get("device", "?")
     lines += [
         f"Measured on {device} (torch {ops.get('torch', '?')}), "
-        f"{datetime.date.today().isoformat()}, every number in one run, side by side with its "
-        "peer. Reproduce (builds, runs every suite, rewrites this file and `results.png`):",
-        "", "```sh", command, "```", "", "![results](results.png)", ""]
+        f"{date}, every comparison inside one run, side by side with "
+        "its peer. Reproduce (builds, runs every suite, rewrites this file and `results.png`):",
+        "", "```sh", command, "```", "",
+        "The JSON results behind it are in `bench/results/`; "
+        "`python3 bench/run_all.py --report-only --out bench/results` rewrites the report from them.",
+        ""] + ([note, ""] if note else []) + ["![results](results.png)", ""]
 
     # Targets.
     rows = []
@@ -129,9 +135,9 @@ def report(out, command):
         lines += ["", "## First use of img2gray in a new process (`bench_first_use.py`)", "",
                   "Request -> first result on the GPU, synchronized. *Cold*: every cache empty, so "
                   "each system compiles; *warm*: a new process on the caches the cold run left "
-                  "(median of 3). Import of the system's module and torch's CUDA context are "
-                  "measured apart.", "",
-                  "| system | cold | warm | import (apart) | CUDA context (apart) |",
+                  "(median of 3). Importing torch with making its CUDA context, and importing "
+                  "the system's module, are measured apart.", "",
+                  "| system | cold | warm | import of the module (apart) | torch import + CUDA context (apart) |",
                   "|---|---|---|---|---|"]
         for key, name in FIRST_USE_NAMES.items():
             r = first.get(key)
@@ -185,9 +191,10 @@ def report(out, command):
     lines += ["", (HERE / "RESULTS_NOTES.md").read_text().rstrip()]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
     chart(out, first, per_call, bw, copy, warm)
-    for name in ["RESULTS.md", "results.png"]:
-        if (HERE / name).exists():
-            shutil.copy(HERE / name, out / name)
+    if HERE.resolve() not in out.resolve().parents:  # beside the logs of a GPU run
+        for name in ["RESULTS.md", "results.png"]:
+            if (HERE / name).exists():
+                shutil.copy(HERE / name, out / name)
 
 
 def chart(out, first, per_call, bw, copy, warm):
@@ -253,6 +260,7 @@ def main():
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--command", default="scripts/gpu-check bench")
     parser.add_argument("--suites", default=",".join(SUITES))
+    parser.add_argument("--note", default="", help="a line for the report (e.g. which runs)")
     args = parser.parse_args()
     suites = args.suites.split(",")
     unknown = set(suites) - set(SUITES)
@@ -277,7 +285,17 @@ def main():
             run("warm", [py, str(HERE / "bench_warm.py"), "--kjit", str(build / "tools" / "kjit"),
                          "--json", str(out / "warm.json")], out)
         shutil.rmtree(root, ignore_errors=True)
-    report(out, args.command)
+        (out / "date.txt").write_text(datetime.date.today().isoformat() + "\n")
+        (out / "note.txt").unlink(missing_ok=True)
+        results = HERE / "results"  # the repository keeps the JSON behind its report
+        results.mkdir(exist_ok=True)
+        for path in [out / f"{name}.json" for name in SUITES] + [out / "date.txt"]:
+            if path.exists():
+                shutil.copy(path, results / path.name)
+    note = args.note
+    if not note and (out / "note.txt").exists():
+        note = (out / "note.txt").read_text().strip()
+    report(out, args.command, note)
     print((HERE / "RESULTS.md").read_text())
 
 

@@ -7,9 +7,18 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <iostream>
 #include <mutex>
 #include <thread>
+
+#include <csignal>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace kjit {
 
@@ -26,46 +35,51 @@ std::vector<WarmJob> warm_jobs(const std::vector<Package>& packages,
   return jobs;
 }
 
-WarmSummary warm(Runtime& runtime, const std::vector<Package>& packages,
-                 const WarmOptions& options) {
-  WarmSummary summary;
-  summary.all = warm_jobs(packages, options.targets);
-  const unsigned cores = std::max(1U, std::thread::hardware_concurrency());
-  summary.jobs = std::max(1U, std::min<unsigned>(options.jobs == 0 ? cores : options.jobs,
-                                                 static_cast<unsigned>(summary.all.size())));
-  const auto start = std::chrono::steady_clock::now();
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+WarmResult run_job(Runtime& runtime, const WarmJob& job) {
+  WarmResult result;
+  result.job = &job;
+  const auto start = Clock::now();
+  try {
+    const Binary binary = runtime.compile(job.program, job.target);
+    result.ok = true;
+    result.cached = binary.cached;
+  } catch (const std::exception& e) {
+    result.error = e.what();
+  }
+  result.ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  return result;
+}
+
+// Counts a result into the summary and reports it.
+void record(WarmSummary& summary, const WarmOptions& options, std::size_t& done,
+            WarmResult result) {
+  ++done;
+  if (!result.ok) {
+    ++summary.failed;
+    summary.failures.push_back(result);
+  } else if (result.cached) {
+    ++summary.cached;
+  } else {
+    ++summary.compiled;
+  }
+  if (options.on_result) {
+    options.on_result(result, done, summary.all.size());
+  }
+}
+
+void warm_threads(Runtime& runtime, WarmSummary& summary, const WarmOptions& options) {
   std::atomic<std::size_t> next{0};
   std::mutex mutex; // guards the summary and serializes on_result
   std::size_t done = 0;
   auto worker = [&] {
     for (std::size_t i = next++; i < summary.all.size(); i = next++) {
-      const WarmJob& job = summary.all[i];
-      WarmResult result;
-      result.job = &job;
-      const auto job_start = std::chrono::steady_clock::now();
-      try {
-        const Binary binary = runtime.compile(job.program, job.target);
-        result.ok = true;
-        result.cached = binary.cached;
-      } catch (const std::exception& e) {
-        result.error = e.what();
-      }
-      result.ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - job_start)
-          .count();
+      WarmResult result = run_job(runtime, summary.all[i]);
       std::lock_guard lock(mutex);
-      ++done;
-      if (!result.ok) {
-        ++summary.failed;
-        summary.failures.push_back(result);
-      } else if (result.cached) {
-        ++summary.cached;
-      } else {
-        ++summary.compiled;
-      }
-      if (options.on_result) {
-        options.on_result(result, done, summary.all.size());
-      }
+      record(summary, options, done, std::move(result));
     }
   };
   std::vector<std::thread> threads;
@@ -76,7 +90,210 @@ WarmSummary warm(Runtime& runtime, const std::vector<Package>& packages,
   for (auto& thread : threads) {
     thread.join();
   }
-  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Note [Warm worker processes]: the parent hands out job indices one at a time over a socket
+// pair per worker (a worker asks for the next by answering the last), so fast and slow jobs
+// balance as with threads. A worker's answer is a `WireResult` and the error text.
+struct WireResult {
+  std::uint32_t index;
+  std::uint8_t ok;
+  std::uint8_t cached;
+  double ms;
+  std::uint32_t error_size;
+};
+
+// Moves `size` bytes with `step(done)` (one send or read from offset `done`), through EINTR.
+template <class Step>
+bool whole(std::size_t size, Step step) {
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = step(done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return false;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+bool write_all(int fd, const void* data, std::size_t size) {
+  return whole(size, [&](std::size_t done) {
+    return ::send(fd, static_cast<const char*>(data) + done, size - done, MSG_NOSIGNAL);
+  });
+}
+
+bool read_all(int fd, void* data, std::size_t size) {
+  return whole(size, [&](std::size_t done) {
+    return ::read(fd, static_cast<char*>(data) + done, size - done);
+  });
+}
+
+[[noreturn]] void warm_worker(const std::vector<WarmJob>& jobs, const RuntimeOptions& options,
+                              int fd) {
+  int code = 0;
+  try {
+    Runtime runtime(options);
+    std::uint32_t index = 0;
+    while (read_all(fd, &index, sizeof index) && index < jobs.size()) {
+      const WarmResult result = run_job(runtime, jobs[index]);
+      const WireResult wire{index, result.ok, result.cached, result.ms,
+                            static_cast<std::uint32_t>(result.error.size())};
+      if (!write_all(fd, &wire, sizeof wire) ||
+          !write_all(fd, result.error.data(), result.error.size())) {
+        break;
+      }
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "kjit: warm worker: " << e.what() << "\n";
+    code = 1;
+  }
+  ::_exit(code);
+}
+
+void warm_processes(WarmSummary& summary, const WarmOptions& options) {
+  struct Worker {
+    pid_t pid = -1;
+    int fd = -1;
+    std::int64_t job = -1; // the index it works on
+  };
+  std::cout.flush(); // a child must not inherit buffered output
+  std::cerr.flush();
+  std::vector<Worker> workers;
+  for (unsigned w = 0; w < summary.jobs; ++w) {
+    int fds[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+      throw Error(fmt::format("cannot start warm workers: socketpair: {}", std::strerror(errno)));
+    }
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      throw Error(fmt::format("cannot start warm workers: fork: {}", std::strerror(errno)));
+    }
+    if (pid == 0) {
+      ::close(fds[0]);
+      for (const Worker& other : workers) {
+        ::close(other.fd);
+      }
+      warm_worker(summary.all, *options.processes, fds[1]);
+    }
+    ::close(fds[1]);
+    workers.push_back(Worker{pid, fds[0], -1});
+  }
+
+  std::size_t next = 0;
+  std::size_t done = 0;
+  auto hand_out = [&](Worker& worker) {
+    worker.job = -1;
+    if (next < summary.all.size()) {
+      const auto index = static_cast<std::uint32_t>(next);
+      if (write_all(worker.fd, &index, sizeof index)) {
+        worker.job = static_cast<std::int64_t>(next++);
+        return;
+      }
+    }
+    ::shutdown(worker.fd, SHUT_WR); // nothing more: the worker exits
+  };
+  auto fail = [&](std::size_t index, std::string error) {
+    WarmResult result;
+    result.job = &summary.all[index];
+    result.error = std::move(error);
+    record(summary, options, done, std::move(result));
+  };
+  for (Worker& worker : workers) {
+    hand_out(worker);
+  }
+  while (true) {
+    std::vector<pollfd> polled;
+    std::vector<Worker*> owners;
+    for (Worker& worker : workers) {
+      if (worker.job >= 0) {
+        polled.push_back(pollfd{worker.fd, POLLIN, 0});
+        owners.push_back(&worker);
+      }
+    }
+    if (polled.empty()) {
+      break;
+    }
+    if (::poll(polled.data(), polled.size(), -1) < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      throw Error(fmt::format("warm: poll: {}", std::strerror(errno)));
+    }
+    for (std::size_t i = 0; i < polled.size(); ++i) {
+      if (polled[i].revents == 0) {
+        continue;
+      }
+      Worker& worker = *owners[i];
+      const auto index = static_cast<std::size_t>(worker.job);
+      WireResult wire{};
+      std::string error;
+      bool ok = read_all(worker.fd, &wire, sizeof wire) && wire.index == index;
+      if (ok) {
+        error.resize(wire.error_size);
+        ok = read_all(worker.fd, error.data(), error.size());
+      }
+      if (!ok) {
+        // The worker died (or broke the protocol): its job fails, the others go on.
+        int status = 0;
+        if (::waitpid(worker.pid, &status, WNOHANG) == 0) {
+          ::kill(worker.pid, SIGKILL); // alive but not making sense: stop it
+          ::waitpid(worker.pid, &status, 0);
+        }
+        worker.pid = -1;
+        ::close(worker.fd);
+        worker.job = -1;
+        fail(index,
+             WIFSIGNALED(status)
+               ? fmt::format("the warm worker process died of signal {} ({})", WTERMSIG(status),
+                             ::strsignal(WTERMSIG(status)))
+               : fmt::format("the warm worker process exited with status {}", WEXITSTATUS(status)));
+        continue;
+      }
+      WarmResult result;
+      result.job = &summary.all[index];
+      result.ok = wire.ok != 0;
+      result.cached = wire.cached != 0;
+      result.ms = wire.ms;
+      result.error = std::move(error);
+      record(summary, options, done, std::move(result));
+      hand_out(worker);
+    }
+  }
+  // Jobs no worker could take (every worker died) fail too.
+  while (next < summary.all.size()) {
+    fail(next++, "no warm worker process left to compile it");
+  }
+  for (Worker& worker : workers) {
+    if (worker.pid > 0) {
+      int status = 0;
+      ::waitpid(worker.pid, &status, 0);
+      ::close(worker.fd);
+    }
+  }
+}
+
+} // namespace
+
+WarmSummary warm(Runtime& runtime, const std::vector<Package>& packages,
+                 const WarmOptions& options) {
+  WarmSummary summary;
+  summary.all = warm_jobs(packages, options.targets);
+  const unsigned cores = std::max(1U, std::thread::hardware_concurrency());
+  summary.jobs = std::max(1U, std::min<unsigned>(options.jobs == 0 ? cores : options.jobs,
+                                                 static_cast<unsigned>(summary.all.size())));
+  const auto start = Clock::now();
+  if (options.processes && summary.jobs > 1) {
+    warm_processes(summary, options);
+  } else {
+    warm_threads(runtime, summary, options);
+  }
+  summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return summary;
 }
 

@@ -204,6 +204,7 @@ int run_warm(const WarmArgs& args) {
   kjit::WarmOptions warm_options;
   warm_options.targets = targets;
   warm_options.jobs = args.jobs;
+  warm_options.processes = options; // worker processes: they scale further than threads
   warm_options.on_result = [&](const kjit::WarmResult& r, std::size_t done, std::size_t total) {
     const std::string what = fmt::format("{}/{} {} for {}", r.job->package, r.job->op,
                                          r.job->kernel, r.job->target.name());
@@ -230,7 +231,7 @@ int run_warm(const WarmArgs& args) {
                              failure.job->op, failure.job->kernel, failure.job->target.name(),
                              failure.error);
   }
-  std::cout << fmt::format("{} compiled, {} already cached, {} failed, in {:.1f} s ({} jobs)\n",
+  std::cout << fmt::format("{} compiled, {} already cached, {} failed, in {:.2f} s ({} jobs)\n",
                            summary.compiled, summary.cached, summary.failed, summary.seconds,
                            summary.jobs);
   return summary.failed == 0 ? 0 : 1;

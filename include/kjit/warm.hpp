@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,8 +43,14 @@ struct WarmOptions {
   std::vector<Target> targets;
   // Parallel compiles; 0 means one per core.
   unsigned jobs = 0;
-  // Called after each job, from the worker threads one at a time, with the count done so far.
+  // Called after each job, one at a time, with the count done so far.
   std::function<void(const WarmResult&, std::size_t done, std::size_t total)> on_result;
+  // Compile in `jobs` worker processes (POSIX fork) instead of threads, each with a Runtime of
+  // these options (so the same store). Compiles in one process contend on its address space
+  // (NVRTC allocates and frees hundreds of MB a compile): processes scale further with jobs
+  // (bench/RESULTS.md). For tools: the caller must be single-threaded when warm() forks. A
+  // worker that dies fails its job; the others take the remaining jobs.
+  std::optional<RuntimeOptions> processes;
 };
 
 struct WarmSummary {

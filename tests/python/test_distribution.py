@@ -13,6 +13,7 @@ import venv
 from pathlib import Path
 
 import pytest
+import torch
 
 import kjit
 from kjit._versions import Range, Version
@@ -316,6 +317,12 @@ def test_wheel_installs_into_a_fresh_environment_and_loads(tmp_path, env):
     environment = tmp_path / "venv"
     venv.create(environment, system_site_packages=True, with_pip=True)
     bin_dir = environment / "bin"
+    # torch and kjit come from this interpreter's site-packages, which is not the base
+    # interpreter's where this interpreter is itself a virtual environment.
+    site = subprocess.run([bin_dir / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    paths = sorted({str(Path(torch.__file__).parent.parent), str(Path(kjit.__file__).parent.parent)})
+    (Path(site) / "outer-environment.pth").write_text("\n".join(paths) + "\n")
     subprocess.run([bin_dir / "python", "-m", "pip", "install", "-q", "--no-index", "--no-deps", wheel], check=True)
     result = subprocess.run(
         [bin_dir / "python", "-c", textwrap.dedent(
