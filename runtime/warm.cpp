@@ -289,7 +289,12 @@ WarmSummary warm(Runtime& runtime, const std::vector<Package>& packages,
                                                  static_cast<unsigned>(summary.all.size())));
   const auto start = Clock::now();
   if (options.processes && summary.jobs > 1) {
-    warm_processes(summary, options);
+    WarmOptions forked = options;
+    if (!runtime.cache().enabled()) {
+      // The store already failed here (and said so): the workers go without it, silently.
+      forked.processes->disable_cache = true;
+    }
+    warm_processes(summary, forked);
   } else {
     warm_threads(runtime, summary, options);
   }

@@ -185,25 +185,27 @@ def test_new_scaffolds_a_package_that_warms_and_loads(tmp_path):
 
 FULL_DISK = """
 set -u
-mount -t tmpfs -o size=64k tmpfs "$1" || exit 77
-mount -t tmpfs -o size=64k tmpfs /tmp || exit 77
-exec "$2" -m kjit warm img2gray activation --arch sm_90 -j 2
+mount -t tmpfs -o size=64k,mode=0700 tmpfs "$1" || exit 77
+mount -t tmpfs -o size=64k,mode=0700 tmpfs "$2" || exit 77
+exec "$3" -m kjit warm img2gray activation --arch sm_90 -j 2
 """
 
 
 def test_full_disk_under_the_store_and_tmp_compiles_everything_with_one_warning(tmp_path):
     # Real ENOSPC, from 64 KiB file systems (tmpfs in a private user and mount namespace): one
-    # under the store, one over /tmp, where NVRTC would map its precompiled headers (a full
+    # under the store, one as TMPDIR, where NVRTC would map its precompiled headers (a full
     # file system under that mapping is a SIGBUS, so kjit must not ask for them there).
     if not Path("/usr/bin/unshare").exists():
         pytest.skip("no unshare(1) to mount a small tmpfs")
     cache = tmp_path / "cache"
+    tmp = tmp_path / "tmp"
     cache.mkdir()
+    tmp.mkdir()
     result = subprocess.run(
         ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", FULL_DISK, "sh", str(cache),
-         sys.executable],
+         str(tmp), sys.executable],
         capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, KJIT_CACHE_DIR=str(cache)),
+        env=dict(os.environ, KJIT_CACHE_DIR=str(cache), TMPDIR=str(tmp)),
     )
     if result.returncode == 77 or "unshare:" in result.stderr:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
