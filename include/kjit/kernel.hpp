@@ -62,8 +62,10 @@ public:
   void* handle() const;
   explicit operator bool() const noexcept { return m_record != nullptr; }
 
-  // Launches on `stream` in the calling thread's current context, or, when there is none, in the
-  // stream's context or device 0's primary context (made current). Each argument is copied as
+  // Launches on `stream`, on the stream's device (a kernel is context-independent: the driver
+  // loads it into each device's context at its first launch there); on the null stream, in the
+  // calling thread's current context, or device 0's primary one (made current) when there is
+  // none. Each argument is copied as
   // the kernel's parameter; throws `LaunchError` naming the parameter when the count or a size does
   // not match, and when the driver refuses the launch.
   template <class... Args>
