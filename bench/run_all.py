@@ -54,7 +54,13 @@ FIRST_USE_NAMES = {"kjit": "kjit", "aot": "AOT extension (nvcc build)", "load_in
                    "cupy": "CuPy RawKernel", "triton": "Triton", "jiterator": "jiterator"}
 
 
-def report(out, command, note=""):
+def stored_note(out):
+    path = out / "note.txt"
+    return path.read_text().strip() if path.exists() else ""
+
+
+def render(out, command, note=""):
+    """The text of RESULTS.md from the JSON results in `out`."""
     runtime = load(out, "runtime") or []
     first = load(out, "first_use") or {}
     ops = load(out, "ops") or {}
@@ -189,8 +195,16 @@ def report(out, command, note=""):
         lines += [f"| {r['metric']} | {r['kjit']} | {r['peer']} | {r['ratio']} | {r['target']} |"
                   for r in runtime]
     lines += ["", (HERE / "RESULTS_NOTES.md").read_text().rstrip()]
-    (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
-    chart(out, first, per_call, bw, copy, warm)
+    return "\n".join(lines) + "\n"
+
+
+def report(out, command, note=""):
+    """Writes RESULTS.md and the chart."""
+    (HERE / "RESULTS.md").write_text(render(out, command, note))
+    first = load(out, "first_use") or {}
+    ops = load(out, "ops") or {}
+    chart(out, first, ops.get("per_call_us", {}), ops.get("img2gray_gbps", {}), ops.get("copy_gbps"),
+          load(out, "warm") or {})
     if HERE.resolve() not in out.resolve().parents:  # beside the logs of a GPU run
         for name in ["RESULTS.md", "results.png"]:
             if (HERE / name).exists():
@@ -292,10 +306,7 @@ def main():
         for path in [out / f"{name}.json" for name in SUITES] + [out / "date.txt"]:
             if path.exists():
                 shutil.copy(path, results / path.name)
-    note = args.note
-    if not note and (out / "note.txt").exists():
-        note = (out / "note.txt").read_text().strip()
-    report(out, args.command, note)
+    report(out, args.command, args.note or stored_note(out))
     print((HERE / "RESULTS.md").read_text())
 
 
