@@ -14,6 +14,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -25,8 +26,6 @@ import peers  # noqa: E402
 
 def per_call_us(fn, arg, calls=2000, rounds=7):
     """Median over rounds of host time per call; each round ends synchronized."""
-    import time
-
     results = []
     for _ in range(rounds):
         torch.cuda.synchronize()

@@ -13,7 +13,6 @@ Shared by bench_first_use.py (each peer's first use in a new process) and bench_
 """
 
 import os
-import time
 from pathlib import Path
 
 import torch
@@ -149,9 +148,3 @@ def make_jiterator_act(code):
 
     return run
 
-
-def timed(fn):
-    start = time.perf_counter()
-    result = fn()
-    torch.cuda.synchronize()
-    return result, time.perf_counter() - start

@@ -233,18 +233,20 @@ void warm_processes(WarmSummary& summary, const WarmOptions& options) {
       const auto index = static_cast<std::size_t>(worker.job);
       WireResult wire{};
       std::string error;
-      bool ok = read_all(worker.fd, &wire, sizeof wire) && wire.index == index;
+      const bool answered = read_all(worker.fd, &wire, sizeof wire);
+      bool ok = answered && wire.index == index;
       if (ok) {
         error.resize(wire.error_size);
         ok = read_all(worker.fd, error.data(), error.size());
       }
       if (!ok) {
         // The worker died (or broke the protocol): its job fails, the others go on.
-        int status = 0;
-        if (::waitpid(worker.pid, &status, WNOHANG) == 0) {
+        // A closed socket means the worker is exiting: wait for its status as it is.
+        if (answered && wire.index != index) {
           ::kill(worker.pid, SIGKILL); // alive but not making sense: stop it
-          ::waitpid(worker.pid, &status, 0);
         }
+        int status = 0;
+        ::waitpid(worker.pid, &status, 0);
         worker.pid = -1;
         ::close(worker.fd);
         worker.job = -1;
