@@ -1,6 +1,9 @@
 #include <kjit/cache.hpp>
 
 #include "cache/sqlite_store.hpp"
+#include "runtime/util/env.hpp"
+
+#include <algorithm>
 
 #include <kjit/error.hpp>
 
@@ -68,24 +71,37 @@ std::uint64_t Cache::import_from(const std::filesystem::path& file) {
 
 std::vector<std::filesystem::path> Cache::read_only_paths() const {
   std::vector<std::filesystem::path> paths;
-  for (const auto& store : read_only_stores()) {
-    paths.push_back(store->path());
+  for (const auto& entry : read_only_stores()) {
+    paths.push_back(entry.store->path());
   }
   return paths;
 }
 
-std::vector<std::shared_ptr<detail::SqliteStore>> Cache::read_only_stores() const {
+std::optional<std::uint64_t> parse_size(std::string_view text) {
+  return detail::parse_size(text);
+}
+
+bool Cache::ReadOnlyStore::serves(const std::string& scope) const {
+  return scopes.empty() || std::find(scopes.begin(), scopes.end(), scope) != scopes.end();
+}
+
+std::vector<Cache::ReadOnlyStore> Cache::read_only_stores() const {
   std::lock_guard lock(m_read_only_mutex);
   return m_read_only;
 }
 
-bool Cache::add_read_only_path(const std::filesystem::path& path) {
+bool Cache::add_read_only_path(const std::filesystem::path& path, const std::string& scope) {
   std::error_code ec;
   const auto file = std::filesystem::is_directory(path, ec) ? detail::store_file(path) : path;
   {
     std::lock_guard lock(m_read_only_mutex);
-    for (const auto& store : m_read_only) {
-      if (std::filesystem::equivalent(store->path(), file, ec)) {
+    for (auto& entry : m_read_only) {
+      if (std::filesystem::equivalent(entry.store->path(), file, ec)) {
+        if (!entry.scopes.empty() && !scope.empty() && !entry.serves(scope)) {
+          entry.scopes.push_back(scope);
+        } else if (scope.empty()) {
+          entry.scopes.clear();
+        }
         return true;
       }
     }
@@ -95,7 +111,10 @@ bool Cache::add_read_only_path(const std::filesystem::path& path) {
     return false;
   }
   std::lock_guard lock(m_read_only_mutex);
-  m_read_only.push_back(std::move(store));
+  m_read_only.push_back(ReadOnlyStore{std::move(store), {}});
+  if (!scope.empty()) {
+    m_read_only.back().scopes.push_back(scope);
+  }
   return true;
 }
 

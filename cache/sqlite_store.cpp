@@ -130,7 +130,7 @@ void check_schema(const Database& db, const std::filesystem::path& file) {
   }
 }
 
-void move_aside(const std::filesystem::path& file, const std::string& why) {
+std::filesystem::path move_aside(const std::filesystem::path& file, const std::string& why) {
   const auto aside = std::filesystem::path(
     fmt::format("{}.broken-{}-{}", file.string(), now_ms() / 1000, ::getpid()));
   std::error_code ec;
@@ -142,6 +142,7 @@ void move_aside(const std::filesystem::path& file, const std::string& why) {
       "kernel cache '{}' is not a valid database ({}); moved it to '{}' and "
       "started a new one",
       file.string(), why, aside.string());
+  return aside;
 }
 
 } // namespace
@@ -195,11 +196,13 @@ std::unique_ptr<SqliteStore> SqliteStore::open(const std::filesystem::path& dir,
     return nullptr;
   }
   bool recovered = false;
+  std::string moved_to;
   for (int attempt = 0; attempt < 3; ++attempt) {
     try {
       auto store = std::unique_ptr<SqliteStore>(new SqliteStore(
         file, open_database(file, writable, !writable && attempt > 0), !writable, max_size));
       store->prepare();
+      store->m_moved_aside = moved_to;
       return store;
     } catch (const SqliteFailure& failure) {
       if (!writable && attempt == 0) {
@@ -214,7 +217,7 @@ std::unique_ptr<SqliteStore> SqliteStore::open(const std::filesystem::path& dir,
           check_schema(db, file);
         } catch (const SqliteFailure& again) {
           if (is_broken_file(again.code)) {
-            move_aside(file, failure.message);
+            moved_to = move_aside(file, failure.message).string();
           }
         }
         recovered = true;
@@ -237,14 +240,13 @@ std::unique_ptr<SqliteStore> SqliteStore::open_file_read_only(const std::filesys
         file.string());
     return nullptr;
   }
-  struct stat info {};
-  // Baked stores may belong to root, but one that anybody could rewrite is not trusted.
-  if (::stat(file.c_str(), &info) == 0 && (info.st_mode & S_IWOTH) != 0) {
-    log(LogLevel::warning,
-        "read-only kernel cache '{}' is writable by others (mode {:o}); "
-        "skipping it",
-        file.string(), info.st_mode & 07777);
-    return nullptr;
+  // The writable store's rule, except that baked stores may belong to root: a store (or its
+  // folder) that another user could rewrite is a store someone else could plant binaries in.
+  for (const auto& path : {file, std::filesystem::absolute(file, ec).parent_path()}) {
+    if (const std::string why = untrusted_reason(path, true); !why.empty()) {
+      log(LogLevel::warning, "not using read-only kernel cache '{}': {}", file.string(), why);
+      return nullptr;
+    }
   }
   for (int attempt = 0; attempt < 2; ++attempt) {
     try {
@@ -647,6 +649,9 @@ VerifyReport SqliteStore::verify(bool fix) {
   }
   std::lock_guard lock(m_mutex);
   VerifyReport report;
+  if (!m_moved_aside.empty()) {
+    report.moved_aside.push_back(m_moved_aside);
+  }
   try {
     Statement integrity(m_db, "PRAGMA integrity_check");
     while (integrity.step()) {

@@ -123,7 +123,8 @@ private:
   Statement m_get;
   bool m_writes_failed = false;
   bool m_warned_read_only = false;
-  CacheStats m_pending; // counter deltas not yet written
+  std::string m_moved_aside; // the damaged file open() moved aside, if it did
+  CacheStats m_pending;      // counter deltas not yet written
   std::map<std::string, std::pair<std::uint64_t, std::int64_t>> m_pending_hits; // hits, last ms
 };
 

@@ -268,9 +268,14 @@ PYBIND11_MODULE(_C, m) {
       return std::make_pair(package.name(), package.version());
     },
     py::arg("path"), "The name and version of the package at `path`; raises ManifestError.");
-  m.def("add_read_only_cache", [](const std::filesystem::path& path) {
-    return kjit::torch_layer::runtime().cache().add_read_only_path(path);
-  });
+  m.def(
+    "add_read_only_cache",
+    [](const std::filesystem::path& path, const std::string& scope) {
+      return kjit::torch_layer::runtime().cache().add_read_only_path(path, scope);
+    },
+    py::arg("path"), py::arg("scope") = std::string(),
+    "Adds a read-only store; with `scope` (an op namespace) it serves only that package.");
+  m.def("reserved_namespaces", &kjit::reserved_namespaces);
   m.def("cache_info", [] {
     kjit::Runtime& rt = kjit::torch_layer::runtime();
     py::dict info;

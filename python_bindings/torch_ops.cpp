@@ -92,6 +92,14 @@ struct CallEnv {
     }
   }
   static bool truth(bool value) { return value; }
+  // The value of a size that is not symbolic (a meta tensor's, a fake tensor's static size).
+  static std::optional<std::int64_t> concrete(const Int& value) {
+    if constexpr (std::is_same_v<Int, std::int64_t>) {
+      return value;
+    } else {
+      return value.maybe_as_int();
+    }
+  }
 };
 
 // Messages with numbers are formatted with fmt and handed to TORCH_CHECK as one string: the
@@ -199,6 +207,17 @@ public:
   template <class Int>
   void output_shape(std::size_t o, const CallEnv<Int>& env, c10::SmallVector<Int, 8>& shape,
                     at::ScalarType& dtype) const {
+    try {
+      output_shape_of(o, env, shape, dtype);
+    } catch (const detail::EvalError& e) {
+      value_error(
+        fmt::format("{}: cannot compute the shape of output {}: {}", m_qualified, o, e.what()));
+    }
+  }
+
+  template <class Int>
+  void output_shape_of(std::size_t o, const CallEnv<Int>& env, c10::SmallVector<Int, 8>& shape,
+                       at::ScalarType& dtype) const {
     const detail::OutputSpec& out = m_spec->outputs[o];
     shape.clear();
     if (out.like >= 0) {
@@ -529,7 +548,36 @@ private:
                                 " has no CPU kernel (its package gives none): move the tensors "
                                 "to a CUDA device");
     m_state->check(env);
+    // What the manifest declares, to hold the package's Python function to it.
+    c10::SmallVector<c10::SmallVector<std::int64_t, 8>, 4> shapes(spec.outputs.size());
+    c10::SmallVector<at::ScalarType, 4> dtypes(spec.outputs.size());
+    for (std::size_t o = 0; o < spec.outputs.size(); ++o) {
+      m_state->output_shape(o, env, shapes[o], dtypes[o]);
+    }
     m_state->cpu_op().callBoxed(stack);
+    const std::size_t count = spec.outputs.size();
+    if (stack.size() < count) {
+      runtime_error(fmt::format("{}: the CPU implementation returned {} values, the schema "
+                                "declares {} outputs",
+                                m_state->qualified(), stack.size(), count));
+    }
+    for (std::size_t o = 0; o < count; ++o) {
+      const c10::IValue& value = stack[stack.size() - count + o];
+      if (!value.isTensor()) {
+        runtime_error(fmt::format("{}: the CPU implementation returned a {} as output {}, not a "
+                                  "tensor",
+                                  m_state->qualified(), value.tagKind(), o));
+      }
+      const at::Tensor& t = value.toTensor();
+      const bool same_shape = t.sizes() == c10::IntArrayRef(shapes[o]);
+      if (!same_shape || t.scalar_type() != dtypes[o] || !t.device().is_cpu()) {
+        runtime_error(fmt::format(
+          "{}: the CPU implementation returned output {} of shape [{}], {} on {}; the manifest "
+          "declares shape [{}], {} on cpu",
+          m_state->qualified(), o, fmt::join(t.sizes(), ", "), c10::toString(t.scalar_type()),
+          t.device().str(), fmt::join(shapes[o], ", "), c10::toString(dtypes[o])));
+      }
+    }
   }
 
   std::shared_ptr<OpState> m_state;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -137,6 +138,7 @@ public:
 //   bool bool_value(int symbol) const;
 //   static Int min(const Int&, const Int&); static Int max(const Int&, const Int&);
 //   static bool truth(bool);                // the result of comparing two Ints
+//   static std::optional<std::int64_t> concrete(const Int&);  // only when Int is symbolic
 template <class Env>
 class Evaluator {
 public:
@@ -167,9 +169,43 @@ private:
   }
 
   // Concrete values are checked (overflow and division by zero are EvalErrors, never undefined
-  // behaviour); symbolic ones are left to c10::SymInt.
+  // behaviour), also when they come as symbolic integers holding a plain value (meta tensors);
+  // a symbolic divisor is guarded to be non-zero; the rest is left to c10::SymInt (exact).
   Int arithmetic(NodeOp op, const Int& a, const Int& b) const {
     if constexpr (std::is_same_v<Int, std::int64_t>) {
+      return checked(op, a, b);
+    } else {
+      const auto ca = Env::concrete(a);
+      const auto cb = Env::concrete(b);
+      if (ca && cb) {
+        return Int(checked(op, *ca, *cb));
+      }
+      switch (op) {
+      case NodeOp::add:
+        return a + b;
+      case NodeOp::sub:
+        return a - b;
+      case NodeOp::mul:
+        return a * b;
+      default:
+        break;
+      }
+      if (cb ? *cb == 0 : Env::truth(b == Int(0))) {
+        throw EvalError("division by zero in '" + m_expr.text() + "'");
+      }
+      switch (op) {
+      case NodeOp::div:
+        return a / b;
+      case NodeOp::mod:
+        return a % b;
+      default:
+        return (a + b - Int(1)) / b;
+      }
+    }
+  }
+
+  std::int64_t checked(NodeOp op, std::int64_t a, std::int64_t b) const {
+    {
       std::int64_t r = 0;
       bool overflow = false;
       if ((op == NodeOp::div || op == NodeOp::mod || op == NodeOp::cdiv) && b == 0) {
@@ -200,21 +236,6 @@ private:
         throw EvalError("integer overflow in '" + m_expr.text() + "'");
       }
       return r;
-    } else {
-      switch (op) {
-      case NodeOp::add:
-        return a + b;
-      case NodeOp::sub:
-        return a - b;
-      case NodeOp::mul:
-        return a * b;
-      case NodeOp::div:
-        return a / b;
-      case NodeOp::mod:
-        return a % b;
-      default:
-        return (a + b - Int(1)) / b;
-      }
     }
   }
 

@@ -15,6 +15,7 @@ namespace kjit {
 
 struct Package::Impl {
   std::string name;
+  std::string scope;
   std::string version;
   std::string description;
   std::filesystem::path dir;
@@ -346,7 +347,56 @@ std::filesystem::path resolve(const std::filesystem::path& dir, const std::strin
   return std::filesystem::weakly_canonical(dir / path);
 }
 
+bool is_inside(const std::filesystem::path& root, const std::filesystem::path& path) {
+  const auto relative = path.lexically_relative(root);
+  return !relative.empty() && *relative.begin() != "..";
+}
+
 } // namespace
+
+const std::vector<std::string>& reserved_namespaces() {
+  static const std::vector<std::string> names{"aten",
+                                              "prim",
+                                              "prims",
+                                              "torch",
+                                              "c10",
+                                              "c10d",
+                                              "_c10d_functional",
+                                              "_c10d_functional_autograd",
+                                              "_dtensor",
+                                              "cuda",
+                                              "quantized",
+                                              "_quantized",
+                                              "quantized_decomposed",
+                                              "sparse",
+                                              "nvprims",
+                                              "debugprims",
+                                              "rngprims",
+                                              "higher_order",
+                                              "inductor",
+                                              "_inductor_test",
+                                              "mkldnn",
+                                              "mkl",
+                                              "onednn",
+                                              "profiler",
+                                              "_test",
+                                              "test",
+                                              "fbgemm",
+                                              "onnx",
+                                              "export",
+                                              "_export",
+                                              "triton",
+                                              "xla",
+                                              "autograd",
+                                              "caffe2",
+                                              "_caffe2",
+                                              "torchvision",
+                                              "torchaudio",
+                                              "torchao",
+                                              "ops",
+                                              "kjit"};
+  return names;
+}
 
 Package Package::load(const std::filesystem::path& path) {
   std::error_code ec;
@@ -382,9 +432,19 @@ Package Package::load(const std::filesystem::path& path) {
   }
   reader.check_keys(*package, "package", {"name", "version", "description"});
   impl->name = reader.string(*package, "name", "package", true);
-  if (!is_identifier(impl->name)) {
+  if (!is_identifier(impl->name) || impl->name.size() > 64) {
     reader.fail("package.name", package->get("name"),
-                fmt::format("'{}' is not an identifier (it names the op namespace)", impl->name));
+                fmt::format("'{}' is not an identifier of at most 64 characters (it names the op "
+                            "namespace)",
+                            impl->name));
+  }
+  const auto& reserved = reserved_namespaces();
+  if (std::find(reserved.begin(), reserved.end(), impl->name) != reserved.end() ||
+      impl->name.starts_with("kjit_")) {
+    reader.fail("package.name", package->get("name"),
+                fmt::format("'{}' is a reserved namespace (torch's or kjit's): choose another "
+                            "package name",
+                            impl->name));
   }
   impl->version = reader.string(*package, "version", "package", true);
   if (!is_semver(impl->version)) {
@@ -392,6 +452,21 @@ Package Package::load(const std::filesystem::path& path) {
                 fmt::format("'{}' is not a semantic version (MAJOR.MINOR.PATCH)", impl->version));
   }
   impl->description = reader.string(*package, "description", "package", false);
+  const int major =
+    std::stoi(impl->version.substr(0, std::min<std::size_t>(impl->version.find('.'), 9)));
+  impl->scope = major <= 1 ? impl->name : fmt::format("{}_v{}", impl->name, major);
+  // Sources, include dirs and included headers must stay inside the package (links resolved):
+  // a lock covers the package folder, and a fetched package must not read the user's files.
+  const auto package_root = std::filesystem::weakly_canonical(impl->dir, ec);
+  auto inside_root = [&](const std::filesystem::path& file, const std::string& where,
+                         const toml::node* node, std::string_view what) {
+    if (!is_inside(package_root, std::filesystem::weakly_canonical(file, ec))) {
+      reader.fail(where, node,
+                  fmt::format("{} '{}' lies outside the package folder '{}': a package may read "
+                              "only its own files (copy what it needs into it)",
+                              what, file.string(), package_root.string()));
+    }
+  };
 
   if (const toml::node* kernels = root.get("kernel")) {
     const auto* table = kernels->as_table();
@@ -408,14 +483,31 @@ Package Package::load(const std::filesystem::path& path) {
       KernelDecl decl;
       decl.name = std::string(key.str());
       decl.source = resolve(impl->dir, reader.string(*k, "source", where, true));
+      inside_root(decl.source, where + ".source", k->get("source"), "source");
       if (!std::filesystem::is_regular_file(decl.source, ec)) {
         reader.fail(where + ".source", k->get("source"),
-                    fmt::format("source file '{}' does not exist", decl.source.string()));
+                    fmt::format("source file '{}' does not exist or is not a regular file",
+                                decl.source.string()));
       }
       decl.entry = reader.string(*k, "entry", where, true);
       decl.options = reader.list(*k, "options", where, false);
       for (const auto& dir : reader.list(*k, "include_dirs", where, false)) {
         decl.include_dirs.push_back(resolve(impl->dir, dir));
+        inside_root(decl.include_dirs.back(), where + ".include_dirs", k->get("include_dirs"),
+                    "include dir");
+      }
+      // The program as it will be compiled: its options are checked and every header it includes
+      // is found now, so a source reaching outside the package fails at load, not at first call.
+      try {
+        const Program program = Program::from_file(
+          decl.source, CompileOptions{decl.options, decl.include_dirs, {}, impl->scope});
+        for (const auto& header : program.headers()) {
+          inside_root(header.path, where + ".source", k->get("source"), "header");
+        }
+      } catch (const ManifestError&) {
+        throw;
+      } catch (const Error& e) {
+        reader.fail(where, k, e.what());
       }
       impl->kernels.push_back(std::move(decl));
     }
@@ -670,6 +762,10 @@ const std::string& Package::name() const noexcept {
   return m_impl->name;
 }
 
+const std::string& Package::scope() const noexcept {
+  return m_impl->scope;
+}
+
 const std::string& Package::version() const noexcept {
   return m_impl->version;
 }
@@ -723,7 +819,7 @@ Package::specialize(const KernelDecl& kernel,
       entry.replace(at, token.size(), value->second);
     }
   }
-  CompileOptions options{kernel.options, kernel.include_dirs, {}};
+  CompileOptions options{kernel.options, kernel.include_dirs, {}, m_impl->scope};
   if (entry != kernel.entry) {
     options.name_expressions.push_back(entry);
   }

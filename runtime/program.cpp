@@ -69,6 +69,20 @@ std::vector<std::string> canonicalize(const std::vector<std::string>& raw,
       options.push_back("-std=" + take_value(i, o));
     } else if (o.starts_with("--std=")) {
       options.push_back("-std=" + std::string(o.substr(6)));
+    } else if (o == "-include" || o == "--pre-include" || o.starts_with("--pre-include=") ||
+               o.starts_with("-include=")) {
+      const auto eq = o.find('=');
+      const std::string file =
+        eq == std::string_view::npos ? take_value(i, o) : std::string(o.substr(eq + 1));
+      const std::filesystem::path path(file);
+      if (file.empty() || path.is_absolute() ||
+          std::find(path.begin(), path.end(), "..") != path.end()) {
+        throw Error(fmt::format("option '{}' of program '{}' names '{}': a pre-included header "
+                                "must be a name in the include dirs or the toolkit's, not a path "
+                                "outside them",
+                                option, program_name, file));
+      }
+      options.push_back("--pre-include=" + file);
     } else {
       options.push_back(option);
     }
@@ -160,6 +174,79 @@ void scan_headers(std::string_view text, const std::filesystem::path& including_
   }
 }
 
+// Whether a file of an include dir may be a header: a C, C++ or CUDA extension, or none (like
+// <vector>). Manifests, Python, stores and documents are not: they would tie the key to files
+// that are not compiled (a package's shipped store lives in its folder).
+bool is_source_like(const std::filesystem::path& path) {
+  static constexpr std::string_view k_extensions[] = {
+    ".h",   ".hh",  ".hpp", ".hxx", ".h++", ".cuh", ".cu",  ".c",   ".cc",
+    ".cpp", ".cxx", ".inc", ".inl", ".ipp", ".tcc", ".tpp", ".def", ".cuinc"};
+  const std::string extension = path.extension().string();
+  return extension.empty() || std::find(std::begin(k_extensions), std::end(k_extensions),
+                                        extension) != std::end(k_extensions);
+}
+
+// Every header-like file under `dir` (not under hidden folders or `__pycache__`), sorted by
+// relative name. NVRTC may read any of them (an `#include` through a macro is not seen by the
+// scanner), so they all enter the key. Bounded, so a program pointed at a big folder fails
+// clearly.
+void hash_include_dir(const std::filesystem::path& dir, std::set<std::filesystem::path>& seen,
+                      std::vector<Header>& headers, std::size_t& files, std::uint64_t& bytes) {
+  constexpr std::size_t k_max_files = 4096;
+  constexpr std::uint64_t k_max_bytes = 64u << 20;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return;
+  }
+  std::vector<std::pair<std::string, std::filesystem::path>> found;
+  std::filesystem::recursive_directory_iterator it(dir, ec);
+  for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    const auto& entry = *it;
+    const auto name = entry.path().filename().string();
+    if (entry.is_directory(ec)) {
+      if (name.starts_with('.') || name == "__pycache__") {
+        it.disable_recursion_pending();
+      }
+      continue;
+    }
+    if (!entry.is_regular_file(ec) || name.starts_with('.') || !is_source_like(entry.path())) {
+      continue;
+    }
+    if (++files > k_max_files) {
+      throw Error(fmt::format("include dir '{}' holds more than {} files: every file of an "
+                              "include dir enters the cache key; give the kernel a folder of its "
+                              "own",
+                              dir.string(), k_max_files));
+    }
+    found.emplace_back(entry.path().lexically_relative(dir).generic_string(), entry.path());
+  }
+  if (ec) {
+    throw Error(fmt::format("cannot list include dir '{}': {}", dir.string(), ec.message()));
+  }
+  std::sort(found.begin(), found.end());
+  for (const auto& [relative, path] : found) {
+    if (!seen.insert(std::filesystem::weakly_canonical(path, ec)).second) {
+      continue; // already hashed as an included header
+    }
+    std::string error;
+    auto content = detail::read_file(path, &error);
+    if (!content) {
+      if (!std::filesystem::exists(path, ec)) {
+        continue; // removed since it was listed
+      }
+      throw Error(
+        fmt::format("cannot read '{}' of include dir '{}': {}", relative, dir.string(), error));
+    }
+    bytes += content->size();
+    if (bytes > k_max_bytes) {
+      throw Error(fmt::format("include dirs of more than {} bytes: every file of an include dir "
+                              "enters the cache key; give the kernel a folder of its own",
+                              k_max_bytes));
+    }
+    headers.push_back(Header{relative, path, std::move(*content)});
+  }
+}
+
 } // namespace
 
 Program::Program(std::string name, std::string source, CompileOptions options) {
@@ -172,6 +259,17 @@ Program::Program(std::string name, std::string source, CompileOptions options) {
   impl->options.include_dirs = include_dirs;
   std::set<std::filesystem::path> seen;
   scan_headers(impl->source, {}, include_dirs, seen, impl->headers);
+  for (const auto& option : impl->canonical_options) {
+    if (option.starts_with("--pre-include=")) {
+      const std::string line = "#include \"" + option.substr(14) + "\"\n";
+      scan_headers(line, {}, include_dirs, seen, impl->headers);
+    }
+  }
+  std::size_t files = 0;
+  std::uint64_t bytes = 0;
+  for (const auto& dir : include_dirs) {
+    hash_include_dir(dir, seen, impl->headers, files, bytes);
+  }
 
   detail::Hasher hasher;
   hasher.field("program", impl->name).field("source", impl->source);

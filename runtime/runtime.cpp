@@ -9,6 +9,7 @@
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/util/env.hpp"
 #include "runtime/util/file.hpp"
+#include "runtime/util/hash.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -157,17 +158,23 @@ struct Runtime::Impl {
 
   std::shared_ptr<Compiled> obtain(const Program& program, const Target& target) {
     const detail::Digest digest = key(program, target);
+    // A scoped program may be served by its package's own store: its memo entry is its own.
+    detail::Digest memo_key = digest;
+    if (!program.options().scope.empty()) {
+      memo_key =
+        detail::Hasher().field("key", digest).field("scope", program.options().scope).digest();
+    }
     std::promise<std::shared_ptr<Compiled>> promise;
     {
       std::unique_lock lock(memo_mutex);
-      auto it = memo.find(digest);
+      auto it = memo.find(memo_key);
       if (it != memo.end()) {
         auto future = it->second;
         lock.unlock();
         memory_hits.fetch_add(1, std::memory_order_relaxed);
         return future.get(); // waits while another thread compiles it
       }
-      memo.emplace(digest, promise.get_future().share());
+      memo.emplace(memo_key, promise.get_future().share());
     }
     memory_misses.fetch_add(1, std::memory_order_relaxed);
     try {
@@ -177,7 +184,7 @@ struct Runtime::Impl {
     } catch (...) {
       {
         std::lock_guard lock(memo_mutex);
-        memo.erase(digest);
+        memo.erase(memo_key);
       }
       promise.set_exception(std::current_exception());
       throw;
@@ -209,7 +216,8 @@ struct Runtime::Impl {
     }
     // Read-only stores (baked into an image) are searched after the writable one.
     for (const auto& read_only : cache.read_only_stores()) {
-      if (read_only->get(key_hex, stored) == Lookup::hit) {
+      if (read_only.serves(program.options().scope) &&
+          read_only.store->get(key_hex, stored) == Lookup::hit) {
         return from_store(stored, target, key_hex);
       }
     }

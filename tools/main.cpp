@@ -86,33 +86,6 @@ std::string size_text(std::uint64_t bytes) {
   return fmt::format("{:.1f} {}", value, units[unit]);
 }
 
-std::optional<std::uint64_t> parse_size(const std::string& text) {
-  std::size_t used = 0;
-  double number = 0;
-  try {
-    number = std::stod(text, &used);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-  std::string unit = text.substr(used);
-  std::transform(unit.begin(), unit.end(), unit.begin(), ::toupper);
-  if (unit.ends_with("IB")) {
-    unit.resize(unit.size() - 2);
-  } else if (unit.size() == 2 && unit.back() == 'B') {
-    unit.resize(1);
-  }
-  const std::string units = "BKMGT";
-  const auto power = unit.empty() ? 0 : units.find(unit);
-  if (number < 0 || unit.size() > 1 || power == std::string::npos) {
-    return std::nullopt;
-  }
-  double bytes = number;
-  for (std::size_t i = 0; i < power; ++i) {
-    bytes *= 1024;
-  }
-  return static_cast<std::uint64_t>(bytes);
-}
-
 // "30d", "12h", "45m", "90s" or plain seconds.
 std::optional<std::int64_t> parse_duration(const std::string& text) {
   std::size_t used = 0;
@@ -129,10 +102,11 @@ std::optional<std::int64_t> parse_duration(const std::string& text) {
                              : unit == "d"               ? 86400
                              : unit == "w"               ? 7 * 86400
                                                          : 0;
-  if (scale == 0 || value < 0) {
+  std::int64_t seconds = 0;
+  if (scale == 0 || value < 0 || __builtin_mul_overflow(value, scale, &seconds)) {
     return std::nullopt;
   }
-  return value * scale;
+  return seconds;
 }
 
 json stats_json(const kjit::CacheStats& s) {
@@ -315,11 +289,9 @@ int run_cache_ls(kjit::Runtime& runtime, bool as_json) {
 int run_cache_verify(kjit::Runtime& runtime, bool fix, bool as_json) {
   const kjit::VerifyReport report = runtime.cache().verify(fix);
   if (as_json) {
-    std::cout << json{{"checked", report.checked},
-                      {"bad_entries", report.bad_entries},
-                      {"integrity", report.integrity},
-                      {"removed", report.removed},
-                      {"ok", report.ok()}}
+    std::cout << json{{"checked", report.checked},         {"bad_entries", report.bad_entries},
+                      {"integrity", report.integrity},     {"removed", report.removed},
+                      {"moved_aside", report.moved_aside}, {"ok", report.ok()}}
                    .dump(2)
               << "\n";
   } else {
@@ -331,16 +303,21 @@ int run_cache_verify(kjit::Runtime& runtime, bool fix, bool as_json) {
     for (const auto& line : report.integrity) {
       std::cout << "integrity: " << line << "\n";
     }
+    for (const auto& file : report.moved_aside) {
+      std::cout << "the store was not a valid database: moved it to '" << file
+                << "' and started an empty one\n";
+    }
     std::cout << (report.ok() ? "ok\n"
                   : fix && report.integrity.empty()
                     ? fmt::format("{} bad entries removed\n", report.removed)
                     : fmt::format("{} bad entries{}\n", report.bad_entries.size(),
-                                  fix ? "" : "; run 'kjit cache verify --fix' to remove them"));
+                                  fix || report.bad_entries.empty()
+                                    ? ""
+                                    : "; run 'kjit cache verify --fix' to remove them"));
   }
-  if (report.ok()) {
-    return 0;
-  }
-  return fix && report.integrity.empty() ? 0 : 1;
+  // Exit 0 only for a store found sound: a repair (--fix, or a damaged file moved aside) is
+  // reported as a failure, so scripts notice that entries were lost.
+  return report.ok() ? 0 : 1;
 }
 
 // ---- info, compile, new ---------------------------------------------------------------------
@@ -679,7 +656,7 @@ int main(int argc, char** argv) {
     if (prune->parsed()) {
       std::optional<std::uint64_t> size;
       std::optional<std::int64_t> age;
-      if (!max_size.empty() && !(size = parse_size(max_size))) {
+      if (!max_size.empty() && !(size = kjit::parse_size(max_size))) {
         throw UsageError(fmt::format("--max-size '{}' is not a size like 500M or 2G", max_size));
       }
       if (!older_than.empty() && !(age = parse_duration(older_than))) {

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kjit {
@@ -64,8 +65,15 @@ struct VerifyReport {
   std::vector<std::string> bad_entries; // keys whose checksum did not match
   std::vector<std::string> integrity;   // problems PRAGMA integrity_check reported ("ok" = none)
   std::uint64_t removed = 0;            // bad entries removed (with `fix`)
-  bool ok() const noexcept { return bad_entries.empty() && integrity.empty(); }
+  std::vector<std::string> moved_aside; // damaged store files this process moved aside on open
+  bool ok() const noexcept {
+    return bad_entries.empty() && integrity.empty() && moved_aside.empty();
+  }
 };
+
+// Parses a size such as "500M", "2G", "1.5GiB" or "4096" (bytes). Nullopt for anything else,
+// negative sizes and sizes of 2^63 bytes or more.
+std::optional<std::uint64_t> parse_size(std::string_view text);
 
 // A view of a runtime's store (the writable one, `KJIT_CACHE_DIR`) and of the read-only stores
 // searched after it (`KJIT_CACHE_READONLY`). Owned by its `Runtime`.
@@ -108,18 +116,27 @@ public:
   // The read-only stores searched after this one, in order.
   std::vector<std::filesystem::path> read_only_paths() const;
   // Adds a read-only store (a store file, or a folder holding one) to search after the others;
-  // returns false (after a warning) when it cannot be opened. Thread-safe.
-  bool add_read_only_path(const std::filesystem::path& path);
+  // returns false (after a warning) when it cannot be opened or is not trusted: it must belong to
+  // this user or to root and be writable by neither its group nor others, nor may its folder be.
+  // With a `scope` (a package's op namespace), the store serves only programs of that scope
+  // (`CompileOptions::scope`): a package's shipped store serves that package alone. Adding a
+  // store again adds the scope; a store added without one serves every program. Thread-safe.
+  bool add_read_only_path(const std::filesystem::path& path, const std::string& scope = {});
 
   // Internal: the writable store, or nullptr; the read-only ones (a snapshot).
+  struct ReadOnlyStore {
+    std::shared_ptr<detail::SqliteStore> store;
+    std::vector<std::string> scopes; // empty: serves every program
+    bool serves(const std::string& scope) const;
+  };
   detail::SqliteStore* store() const noexcept { return m_store.get(); }
-  std::vector<std::shared_ptr<detail::SqliteStore>> read_only_stores() const;
+  std::vector<ReadOnlyStore> read_only_stores() const;
 
 private:
   detail::SqliteStore& require() const;
   std::unique_ptr<detail::SqliteStore> m_store;
   mutable std::mutex m_read_only_mutex; // guards m_read_only
-  std::vector<std::shared_ptr<detail::SqliteStore>> m_read_only;
+  std::vector<ReadOnlyStore> m_read_only;
 };
 
 } // namespace kjit

@@ -74,12 +74,20 @@ struct WarmItem {
   std::string kernel; // the name to ask the runtime for (a name expression for templates)
 };
 
+// Op namespaces no package may take: torch's own ("aten", "prim", "torch", ...) and kjit's.
+const std::vector<std::string>& reserved_namespaces();
+
 class Package {
 public:
-  // Loads `path` (a package folder or its kernel.toml). Throws `ManifestError`.
+  // Loads `path` (a package folder or its kernel.toml). Throws `ManifestError`, also when the
+  // name is a reserved namespace, or when a source, an include dir or a header that a source
+  // includes lies outside the package folder (symbolic links resolved).
   static Package load(const std::filesystem::path& path);
 
   const std::string& name() const noexcept;
+  // The op namespace of this package: its name for major versions 0 and 1, `NAME_vN` after. It is
+  // also the scope of its programs (`CompileOptions::scope`), so its shipped store serves it alone.
+  const std::string& scope() const noexcept;
   const std::string& version() const noexcept;
   const std::string& description() const noexcept;
   const std::filesystem::path& dir() const noexcept;

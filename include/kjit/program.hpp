@@ -9,8 +9,13 @@
 //       if (i < n) x[i] *= a;
 //     })", {.name_expressions = {"scale<float>"}});
 //
-// A `Program` is immutable: its content digest (source, the content of every header it includes
-// from its include dirs, canonical options, name expressions) is computed once, when it is made.
+// A `Program` is immutable: its content digest (source, the content of every header-like file of
+// its include dirs, canonical options, name expressions) is computed once, when it is made.
+// Header-like: a C, C++ or CUDA extension (.h, .cuh, .cu, .inc, ...) or none; hidden files and
+// folders are skipped. An include dir may hold at most 4096 such files of 64 MiB in all (give
+// kernels a folder of their own).
+// `-include`/`--pre-include` files found in the include dirs enter the key like headers; one given
+// by an absolute path is refused.
 // Headers edited after that are seen by a new `Program`, not by this one.
 #pragma once
 
@@ -35,9 +40,14 @@ struct CompileOptions {
   // Template instantiations to compile, e.g. "scale<float>"; a kernel is then asked for by the
   // same expression.
   std::vector<std::string> name_expressions;
+  // Which scoped read-only stores may serve this program (a package's op namespace; see
+  // `Cache::add_read_only_path`). Not part of the cache key.
+  std::string scope;
 };
 
-// One header a program includes, as found when the program was made.
+// One header a program includes, or a header-like file of its include dirs, as found when the
+// program was made. All of them enter the key: NVRTC can reach any of them, also through an
+// `#include` whose name is a macro.
 struct Header {
   std::string include_name;   // as written in the #include, e.g. "common.cuh"
   std::filesystem::path path; // where it was found
@@ -60,7 +70,8 @@ public:
   const CompileOptions& options() const noexcept;
   // The options in canonical form (normalized spelling, a stable order), as hashed.
   const std::vector<std::string>& canonical_options() const noexcept;
-  // Every header found through the include dirs, recursively, in discovery order.
+  // Every header found through the include dirs (recursively, in discovery order), then every
+  // other file of the include dirs (include name relative to its dir).
   const std::vector<Header>& headers() const noexcept;
   // XXH3-128 digest of everything above that changes the binary.
   std::array<std::uint64_t, 2> digest() const noexcept;

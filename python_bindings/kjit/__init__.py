@@ -10,8 +10,11 @@
 
 from __future__ import annotations
 
-import importlib.util
+import atexit
 import os
+import shutil
+import sys
+import tempfile
 import threading
 import types
 from pathlib import Path
@@ -31,6 +34,9 @@ from ._errors import (
     PackageNotFoundError,
 )
 from ._packages import FetchError, LockError
+from ._safety import UnsafeInputError
+from . import _trust
+from ._trust import TrustError, untrusted_cpu_kernel
 from ._versions import Range, Version
 
 __all__ = [
@@ -50,6 +56,8 @@ __all__ = [
     "PackageNotFoundError",
     "LockError",
     "FetchError",
+    "TrustError",
+    "UnsafeInputError",
 ]
 __version__ = _C.version()
 
@@ -91,17 +99,22 @@ def _locate(name_or_path, version: str | None) -> _packages.Candidate:
     return _packages.resolve(text, version)
 
 
-def _package_module(info: dict) -> types.ModuleType | None:
+def _package_module(info: dict, source: bytes | None) -> types.ModuleType | None:
+    """The package's `__init__.py` run from `source` (read once, or the verified bytes of a
+    lock): never through the import system, so no bytecode cache is read or written and the
+    module cannot import siblings from its folder."""
     init = Path(info["dir"]) / "__init__.py"
-    if not init.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location(f"kjit_packages.{info['name']}", init)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    if source is None:
+        if not init.is_file():
+            return None
+        source = _packages.read_regular(init)
+    module = types.ModuleType(f"kjit_packages.{info['namespace']}")
+    module.__file__ = str(init)
+    exec(compile(source, str(init), "exec", dont_inherit=True), module.__dict__)
     return module
 
 
-def load(name_or_path: str | os.PathLike, version: str | None = None) -> types.ModuleType:
+def load(name_or_path: str | os.PathLike, version: str | None = None, trust: bool = False) -> types.ModuleType:
     """Loads a kernel package and registers its ops.
 
     `name_or_path`: a package name (searched in `search_path()` and installed wheels), a folder
@@ -114,43 +127,74 @@ def load(name_or_path: str | os.PathLike, version: str | None = None) -> types.M
     `<name>_v<major>` from 2 on, so two major versions load side by side. Loading the same package
     again returns the same module. Raises ManifestError for a broken manifest,
     PackageNotFoundError when nothing matches.
+
+    The package's Python code (CPU implementations) runs only when the package is trusted or
+    `trust` is true (see the trust policy in kjit._trust): a package fetched from a source that is
+    not listed as trusted gets ops whose CPU kernel raises TrustError.
     """
     candidate = _locate(name_or_path, version)
-    return _register(candidate.path, _packages.namespace_for(candidate.name, candidate.version))
+    trusted = trust or candidate.trusted
+    return _register(candidate.path, _packages.namespace_for(candidate.name, candidate.version), trusted)
 
 
-def load_locked(name: str, lock: str | os.PathLike | None = None) -> types.ModuleType:
+_snapshots: list[str] = []
+
+
+def _snapshot(name: str, contents: dict[str, bytes]) -> Path:
+    """A private copy (mode 0700, removed at exit) of a locked package's verified bytes, so that
+    what is compiled is what was checked, whatever happens to the original folder later."""
+    if not _snapshots:
+        atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _snapshots])
+    folder = tempfile.mkdtemp(prefix=f"kjit-locked-{name}-")
+    _snapshots.append(folder)
+    path = Path(folder) / "package"
+    _packages.write_files(path, contents)
+    return path
+
+
+def load_locked(name: str, lock: str | os.PathLike | None = None, trust: bool = False) -> types.ModuleType:
     """Loads exactly the version of `name` in the lock file (`lock`, else `KJIT_LOCK`, else
     kjit.lock in the working folder or a parent), after checking every file's hash: a package
     whose files differ from the lock raises LockError and is never compiled. A lock written by
-    `kjit bundle` also brings its pre-warmed read-only store."""
+    `kjit bundle` also brings its pre-warmed read-only store.
+
+    What is compiled and run is the bytes that were checked (a private copy of them), never a
+    bytecode cache. Python code runs when the entry's source is trusted or `trust` is true; a
+    lock itself grants no trust."""
     lock_path = Path(lock) if lock is not None else _packages.find_lock()
-    path, entry = _packages.verified_package(name, lock_path)
+    path, entry, contents = _packages.verified_package(name, lock_path)
     data = _packages.read_lock(lock_path)
     if data.get("store"):
-        _C.add_read_only_cache(lock_path.parent / data["store"])
-    return _register(path, _packages.namespace_for(name, Version.parse(entry["version"])))
+        store = _packages.check_relative(str(data["store"]))
+        _C.add_read_only_cache(lock_path.parent / store, _packages.namespace_for(name, Version.parse(entry["version"])))
+    trusted = trust or _trust.source_trusted(entry.get("source", "")) or _trust.source_trusted(str(path))
+    snapshot = _snapshot(name, contents)
+    return _register(snapshot, _packages.namespace_for(name, Version.parse(entry["version"])), trusted, key=str(path))
 
 
-def _register(path: Path, namespace: str) -> types.ModuleType:
+def _register(path: Path, namespace: str, trusted: bool, key: str | None = None) -> types.ModuleType:
     with _lock:
-        manifest = str((path / "kernel.toml").resolve())
+        manifest = key or str((path / "kernel.toml").resolve())
         if manifest in _loaded:
             return _loaded[manifest]
-        if (path / "kernels.sqlite").is_file():  # a wheel's pre-warmed store
-            _C.add_read_only_cache(path / "kernels.sqlite")
         info = _C.load_package(path, namespace)
-        python = None
+        if (path / "kernels.sqlite").is_file():  # a wheel's pre-warmed store, for its own kernels
+            _C.add_read_only_cache(path / "kernels.sqlite", info["namespace"])
         cpu_ops = [op for op in info["ops"] if op["cpu"]]
         if cpu_ops:
-            python = _package_module(info)
-            if python is None:
-                raise ManifestError(
-                    f"{info['manifest']}: op.{cpu_ops[0]['name']}.cpu: names "
-                    f"'{cpu_ops[0]['cpu']}' but the package has no __init__.py"
-                )
             library = torch.library.Library(namespace, "IMPL")
+            if trusted:
+                python = _package_module(info, None)
+                if python is None:
+                    raise ManifestError(
+                        f"{info['manifest']}: op.{cpu_ops[0]['name']}.cpu: names "
+                        f"'{cpu_ops[0]['cpu']}' but the package has no __init__.py"
+                    )
             for op in cpu_ops:
+                if not trusted:
+                    why = f"package '{info['name']}' from '{path}' is not from a trusted source"
+                    library.impl(op["hidden_cpu_op"], untrusted_cpu_kernel(namespace, op["name"], why), "CPU")
+                    continue
                 function = getattr(python, op["cpu"], None)
                 if function is None:
                     raise ManifestError(
@@ -173,6 +217,7 @@ def _register(path: Path, namespace: str) -> types.ModuleType:
         module.__file__ = info["manifest"]
         module.ops = [op["name"] for op in info["ops"]]
         module.schemas = {op["name"]: op["schema"] for op in info["ops"]}
+        module.trusted = trusted
         _loaded[manifest] = module
         return module
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._errors import Error, PackageNotFoundError
+from ._safety import UnsafeInputError, check_name, check_url, check_version, inside, package_files, read_regular
+from ._trust import source_trusted
 from ._versions import Range, Version
 
 try:
@@ -40,7 +42,8 @@ except ImportError:  # Python < 3.11
 
 LOCK_FORMAT = 1
 SOURCE_FILE = ".kjit-source.json"
-_IGNORED = {"__pycache__", ".git", SOURCE_FILE}
+_IGNORED = frozenset({".git", SOURCE_FILE})  # top-level names that are not package files
+_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 class LockError(Error):
@@ -56,7 +59,14 @@ class Candidate:
     name: str
     version: Version
     path: Path
-    origin: str  # "path", "store", "entry point", ...
+    origin: str  # "path" (a folder the user named or KJIT_PATH), "shipped", "store", "entry point"
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the package's Python code may run (see kjit._trust)."""
+        if self.origin != "store":
+            return True
+        return source_trusted(_source_info(self.path).get("url", ""))
 
 
 def package_store() -> Path:
@@ -72,9 +82,21 @@ def installed_kernels() -> Path:
     return Path(_C.__file__).resolve().parent / "kernels"
 
 
+def user_roots() -> list[Path]:
+    return [Path(p) for p in os.environ.get("KJIT_PATH", "").split(os.pathsep) if p]
+
+
 def search_path() -> list[Path]:
-    roots = [Path(p) for p in os.environ.get("KJIT_PATH", "").split(os.pathsep) if p]
-    return roots + [package_store(), installed_kernels()]
+    return user_roots() + [package_store(), installed_kernels()]
+
+
+def _source_info(path: Path) -> dict:
+    """What `kjit fetch` recorded about a package in the store ({} when nothing)."""
+    try:
+        info = json.loads(read_regular(path / SOURCE_FILE))
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def offline() -> bool:
@@ -132,13 +154,15 @@ def candidates(name: str) -> list[Candidate]:
         if pkg_name == name:
             found.append(Candidate(name, version, path, origin))
 
-    for root in search_path():
-        consider(root / name, "path")
+    store = package_store()
+    roots = [(r, "path") for r in user_roots()] + [(store, "store"), (installed_kernels(), "shipped")]
+    for root, origin in roots:
         folder = root / name
+        consider(folder, origin)
         if folder.is_dir():
             for child in sorted(folder.iterdir()):
-                if child.is_dir():
-                    consider(child, "path")
+                if child.is_dir() and not child.name.startswith("."):
+                    consider(child, origin)
     for path in _entry_point_dirs(name):
         consider(path, "entry point")
     return found
@@ -172,8 +196,10 @@ def is_url(text: str) -> bool:
 
 
 def _git(*args, cwd=None) -> str:
-    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
-    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env)
+    # Only the allowed transports, even for redirects and submodules; no prompts; no `ext::`.
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ALLOW_PROTOCOL=":".join(("https", "ssh", "git", "file")))
+    command = ["git", "-c", "protocol.ext.allow=never", "-c", "core.symlinks=true", *args]
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         raise FetchError(f"git {' '.join(args)} failed: {result.stderr.strip()}")
     return result.stdout
@@ -182,8 +208,10 @@ def _git(*args, cwd=None) -> str:
 def remote_versions(url: str) -> dict[Version, str]:
     """Tag versions of the repository at `url` -> their commits."""
     versions = {}
-    for line in _git("ls-remote", "--tags", url).splitlines():
+    for line in _git("ls-remote", "--tags", "--", check_url(url)).splitlines():
         commit, ref = line.split("\t")
+        if not _COMMIT.fullmatch(commit):
+            continue
         tag = ref[len("refs/tags/") :]
         peeled = tag.endswith("^{}")
         tag = tag[:-3] if peeled else tag
@@ -203,15 +231,15 @@ def _stored_from(url: str, wanted: Range | None, revision: str | None) -> Candid
         return None
     best = None
     for source in root.glob(f"*/*/{SOURCE_FILE}"):
-        try:
-            info = json.loads(source.read_text())
-        except (OSError, ValueError):
-            continue
+        info = _source_info(source.parent)
         if info.get("url") != url:
             continue
-        if revision and not info.get("commit", "").startswith(revision):
+        if revision and not str(info.get("commit", "")).startswith(revision):
             continue
-        name, version = package_identity(source.parent)
+        try:
+            name, version = package_identity(source.parent)
+        except (OSError, ValueError):
+            continue
         if wanted is not None and not wanted.matches(version):
             continue
         if best is None or version > best.version:
@@ -225,7 +253,8 @@ def fetch(url: str, version: str | None = None) -> Candidate:
     `version` is a range matched against the repository's `vX.Y.Z` tags (the highest wins), or a
     commit hash (7 to 40 hex digits) that pins an exact revision.
     """
-    revision = version if version and re.fullmatch(r"[0-9a-fA-F]{7,40}", version) else None
+    check_url(url)
+    revision = version.lower() if version and re.fullmatch(r"[0-9a-fA-F]{7,40}", version) else None
     wanted = Range.parse(version) if version and not revision else None
     if offline():
         stored = _stored_from(url, wanted, revision)
@@ -246,41 +275,81 @@ def fetch(url: str, version: str | None = None) -> Candidate:
         return stored
     with tempfile.TemporaryDirectory(prefix="kjit-fetch-") as tmp:
         clone = Path(tmp) / "clone"
-        _git("clone", "--quiet", "--no-checkout", url, str(clone))
-        _git("checkout", "--quiet", revision, cwd=clone)
-        commit = _git("rev-parse", "HEAD", cwd=clone).strip()
-        if not (clone / "kernel.toml").is_file():
-            raise FetchError(f"'{url}' at {commit[:12]} has no kernel.toml at its root")
-        name, found_version = package_identity(clone)
+        _git("clone", "--quiet", "--no-checkout", "--", url, str(clone))
+        _git("checkout", "--quiet", "--detach", revision, "--", cwd=clone)
+        commit = _git("rev-parse", "--verify", "HEAD^{commit}", cwd=clone).strip()
+        where = f"'{url}' at {commit[:12]}"
+        try:
+            files = package_files(clone, ignored=_IGNORED)
+            if not (clone / "kernel.toml").is_file():
+                raise FetchError(f"{where} has no kernel.toml at its root")
+            name, found_version = package_identity(clone)
+            check_name(name, f"{where}: package.name")
+        except (UnsafeInputError, ValueError) as e:
+            raise FetchError(f"{where}: {e}" if where not in str(e) else str(e)) from None
         if tag is not None and found_version != Version.parse(tag):
             raise FetchError(f"'{url}' tag {tag} holds a kernel.toml of version {found_version}")
-        dest = package_store() / name / str(found_version)
+        store = package_store()
+        dest = store / name / str(found_version)
         if dest.exists():
-            info = json.loads((dest / SOURCE_FILE).read_text()) if (dest / SOURCE_FILE).is_file() else {}
+            info = _source_info(dest)
             if info.get("commit") != commit:
                 raise FetchError(
                     f"'{dest}' already holds {name} {found_version} from another source "
-                    f"({info.get('url', 'local files')} {info.get('commit', '')[:12]}); remove it first"
+                    f"({info.get('url', 'local files')} {str(info.get('commit', ''))[:12]}); remove it first"
                 )
             return Candidate(name, found_version, dest, "store")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        inside(store, dest.parent)
         staging = dest.parent / f".{found_version}.partial-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(clone, staging, ignore=shutil.ignore_patterns(".git"))
-        (staging / SOURCE_FILE).write_text(json.dumps({"url": url, "commit": commit, "tag": tag}, indent=1))
-        staging.rename(dest)
+        try:
+            write_files(staging, {f: read_regular(clone / f) for f in files})
+            (staging / SOURCE_FILE).write_text(json.dumps({"url": url, "commit": commit, "tag": tag}, indent=1))
+            staging.rename(dest)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return Candidate(name, found_version, dest, "store")
+
+
+def write_files(dest: Path, files: dict) -> None:
+    """Writes `files` (relative path -> bytes, checked by package_files or check_relative) into
+    the new folder `dest`, refusing any path that would leave it."""
+    dest.mkdir(parents=True)
+    root = Path(os.path.realpath(dest))
+    for relative, data in files.items():
+        target = root / check_relative(str(relative))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        inside(root, target.parent)
+        with open(target, "xb") as out:  # never through an existing file or link
+            out.write(data)
 
 
 # ---- locking --------------------------------------------------------------------------------
 
 
+def check_relative(text: str) -> Path:
+    """A relative file path from a lock or a repository: no absolute path, no '..', no NUL."""
+    path = Path(text)
+    if not text or "\0" in text or "\\" in text or path.is_absolute() or ".." in path.parts or path.as_posix() != text:
+        raise UnsafeInputError(f"file name '{text}' is not a plain relative path")
+    return path
+
+
+def sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def package_contents(path: Path) -> dict[str, bytes]:
+    """Every file of a package folder (relative posix path -> bytes), read once."""
+    try:
+        return {f.as_posix(): read_regular(path / f) for f in package_files(path, ignored=_IGNORED)}
+    except UnsafeInputError as e:
+        raise LockError(str(e)) from None
+
+
 def file_hashes(path: Path) -> dict[str, str]:
-    hashes = {}
-    for file in sorted(path.rglob("*")):
-        relative = file.relative_to(path)
-        if file.is_file() and not (set(relative.parts) & _IGNORED) and file.suffix != ".pyc":
-            hashes[relative.as_posix()] = "sha256:" + hashlib.sha256(file.read_bytes()).hexdigest()
-    return hashes
+    return {name: sha256(data) for name, data in package_contents(path).items()}
 
 
 def content_hash(hashes: dict[str, str]) -> str:
@@ -298,6 +367,7 @@ def project_dependencies(project: Path) -> dict[str, dict]:
         raise Error(f"{pyproject} has no [tool.kjit.dependencies]")
     result = {}
     for name, spec in deps.items():
+        check_name(name, f"{pyproject}: tool.kjit.dependencies key")
         if isinstance(spec, str):
             spec = {"version": spec}
         unknown = set(spec) - {"version", "source"}
@@ -318,9 +388,7 @@ def lock(project: Path) -> Path:
                 raise Error(f"'{spec['source']}' holds package '{candidate.name}', not '{name}'")
         else:
             candidate = resolve(name, version)
-        source = {}
-        if (candidate.path / SOURCE_FILE).is_file():
-            source = json.loads((candidate.path / SOURCE_FILE).read_text())
+        source = _source_info(candidate.path)
         hashes = file_hashes(candidate.path)
         packages[name] = {
             "version": str(candidate.version),
@@ -356,58 +424,103 @@ def read_lock(path: Path) -> dict:
     return data
 
 
-def verified_package(name: str, lock_path: Path) -> tuple[Path, dict]:
-    """The folder of locked package `name`, after checking every file against the lock."""
+def _checked_entry(lock_path: Path, name: str, entry: object) -> dict:
+    """A lock entry whose fields are safe to use (a lock may come from elsewhere)."""
+    where = f"'{lock_path}': package '{name}'"
+    try:
+        check_name(name, f"'{lock_path}': package name")
+        if not isinstance(entry, dict):
+            raise UnsafeInputError(f"{where}: the entry is not an object")
+        check_version(entry.get("version"), f"{where}: version")
+        for key in ("path", "source", "commit"):
+            if not isinstance(entry.get(key, ""), str):
+                raise UnsafeInputError(f"{where}: '{key}' is not a string")
+        files = entry.get("files")
+        if not isinstance(files, dict) or not files:
+            raise UnsafeInputError(f"{where}: 'files' is not a non-empty object")
+        for file, digest in files.items():
+            check_relative(file)
+            if not isinstance(digest, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+                raise UnsafeInputError(f"{where}: file '{file}' has no sha256 digest")
+    except UnsafeInputError as e:
+        raise LockError(str(e)) from None
+    return entry
+
+
+def verified_package(name: str, lock_path: Path) -> tuple[Path, dict, dict[str, bytes]]:
+    """Locked package `name`: its folder, its lock entry and the bytes of every file, each file
+    read once and checked against the lock. Use the bytes, not the folder: it may change after."""
     data = read_lock(lock_path)
-    entry = data["packages"].get(name)
-    if entry is None:
-        raise LockError(f"'{lock_path}' locks no package '{name}' (locked: {', '.join(sorted(data['packages']))})")
-    path = Path(entry["path"])
+    packages = data.get("packages")
+    if not isinstance(packages, dict):
+        raise LockError(f"'{lock_path}' has no 'packages' object")
+    if name not in packages:
+        raise LockError(f"'{lock_path}' locks no package '{name}' (locked: {', '.join(sorted(packages))})")
+    entry = _checked_entry(lock_path, name, packages[name])
+    path = Path(entry.get("path", ""))
     if not path.is_absolute():
         path = lock_path.parent / path
     if not (path / "kernel.toml").is_file():
         raise LockError(f"locked package '{name}' {entry['version']} is missing: no kernel.toml in '{path}'")
-    actual = file_hashes(path)
+    contents = package_contents(path)
     for file, digest in entry["files"].items():
-        if actual.get(file) != digest:
-            state = "is missing" if file not in actual else f"has {actual[file]}"
+        actual = sha256(contents[file]) if file in contents else None
+        if actual != digest:
+            state = "is missing" if actual is None else f"has {actual}"
             raise LockError(f"'{lock_path}': {name} {entry['version']}: file '{file}' {state}, the lock has {digest}; refusing to compile it")
-    extra = sorted(set(actual) - set(entry["files"]))
+    extra = sorted(set(contents) - set(entry["files"]))
     if extra:
         raise LockError(f"'{lock_path}': {name} {entry['version']}: file '{extra[0]}' is not in the lock; refusing to compile it")
-    return path, entry
+    return path, entry, contents
 
 
 # ---- bundles and wheels ---------------------------------------------------------------------
 
 
 def bundle(out: Path, archs: str | None, lock_path: Path, cli: Path) -> Path:
-    """Copies the locked packages and a pre-warmed read-only store into `out`."""
+    """Copies the locked packages and a pre-warmed read-only store into `out`.
+
+    The bundle is made in a folder beside `out` and renamed into place when complete, so a failure
+    leaves no partial bundle. An existing `out` is replaced only when it is an earlier bundle (it
+    holds a kjit.lock) or empty."""
     data = read_lock(lock_path)
-    out.mkdir(parents=True, exist_ok=True)
-    bundled = {}
-    dirs = []
-    for name, entry in sorted(data["packages"].items()):
-        source, _ = verified_package(name, lock_path)
-        relative = Path("packages") / name / entry["version"]
-        shutil.rmtree(out / relative, ignore_errors=True)
-        shutil.copytree(source, out / relative, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        bundled[name] = dict(entry, path=relative.as_posix())
-        dirs.append(str(out / relative))
-    store = None
-    if archs:
-        with tempfile.TemporaryDirectory(prefix="kjit-bundle-") as tmp:
-            env = dict(os.environ, KJIT_CACHE_DIR=tmp)
-            env.pop("KJIT_CACHE_READONLY", None)
-            for args in (["warm", *dirs, "--arch", archs], ["cache", "export", str(out / "kernels.sqlite"), "--arch", archs]):
-                result = subprocess.run([str(cli), *args], env=env)
-                if result.returncode != 0:
-                    raise Error(f"kjit {args[0]} failed while bundling (exit {result.returncode})")
-        store = "kernels.sqlite"
-    lock_data = {"format": LOCK_FORMAT, "packages": bundled}
-    if store:
-        lock_data["store"] = store
-    (out / "kjit.lock").write_text(json.dumps(lock_data, indent=2, sort_keys=True) + "\n")
+    out = Path(os.path.abspath(out))
+    if out.exists() and (not out.is_dir() or out.is_symlink() or (any(out.iterdir()) and not (out / "kjit.lock").is_file())):
+        raise Error(f"'{out}' exists and is not an earlier bundle (no kjit.lock): refusing to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        bundled = {}
+        dirs = []
+        for name in sorted(data.get("packages", {})):
+            _, entry, contents = verified_package(name, lock_path)
+            relative = Path("packages") / name / entry["version"]
+            write_files(staging / relative, contents)
+            bundled[name] = dict(entry, path=relative.as_posix())
+            dirs.append(str(out / relative))
+        lock_data = {"format": LOCK_FORMAT, "packages": bundled}
+        if archs:
+            with tempfile.TemporaryDirectory(prefix="kjit-bundle-") as tmp:
+                env = dict(os.environ, KJIT_CACHE_DIR=tmp)
+                env.pop("KJIT_CACHE_READONLY", None)
+                staged = [str(staging / Path(d).relative_to(out)) for d in dirs]
+                store = staging / "kernels.sqlite"
+                for args in (["warm", *staged, "--arch", archs], ["cache", "export", str(store), "--arch", archs]):
+                    result = subprocess.run([str(cli), *args], env=env)
+                    if result.returncode != 0:
+                        raise Error(f"kjit {args[0]} failed while bundling (exit {result.returncode})")
+            lock_data["store"] = "kernels.sqlite"
+        (staging / "kjit.lock").write_text(json.dumps(lock_data, indent=2, sort_keys=True) + "\n")
+        staging.chmod(0o755)
+        old = None
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            out.rename(old)
+        staging.rename(out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out
 
 
@@ -419,13 +532,10 @@ def _record_line(name: str, data: bytes) -> list[str]:
 def build_wheel(package: Path, out_dir: Path, store: Path | None = None) -> Path:
     """A py3-none-any wheel of a kernel package that registers itself with kjit when installed."""
     name, version = package_identity(package)
+    check_name(name, f"{package}: package.name")
     module = f"kjit_pkg_{name}"
     dist = f"kjit_pkg_{name}"
-    files = {}
-    for file in sorted(package.rglob("*")):
-        relative = file.relative_to(package)
-        if file.is_file() and not (set(relative.parts) & _IGNORED) and file.suffix != ".pyc":
-            files[f"{module}/{relative.as_posix()}"] = file.read_bytes()
+    files = {f"{module}/{relative}": data for relative, data in package_contents(package).items()}
     files.setdefault(f"{module}/__init__.py", b"")
     if store is not None:
         files[f"{module}/kernels.sqlite"] = store.read_bytes()
@@ -444,7 +554,12 @@ def build_wheel(package: Path, out_dir: Path, store: Path | None = None) -> Path
     files[f"{info}/RECORD"] = record.getvalue().encode()
     out_dir.mkdir(parents=True, exist_ok=True)
     wheel = out_dir / f"{dist}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path, data in files.items():
-            archive.writestr(path, data)
+    partial = out_dir / f".{wheel.name}.partial-{os.getpid()}"
+    try:
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path, data in files.items():
+                archive.writestr(path, data)
+        partial.replace(wheel)
+    finally:
+        partial.unlink(missing_ok=True)
     return wheel

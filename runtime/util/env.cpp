@@ -82,8 +82,9 @@ std::optional<std::uint64_t> parse_size(std::string_view text) {
   } else {
     return std::nullopt;
   }
+  // Sizes from 2^63 bytes up are mistakes (or wrapped negatives), never "everything".
   const double bytes = number * scale;
-  if (bytes > 1.8e19) {
+  if (!(bytes < 9.2e18)) {
     return std::nullopt;
   }
   return static_cast<std::uint64_t>(bytes);

@@ -10,12 +10,24 @@
 
 namespace kjit::detail {
 
-std::optional<std::string> read_file(const std::filesystem::path& path, std::string* error) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+std::optional<std::string> read_file(const std::filesystem::path& path, std::string* error,
+                                     std::size_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (error != nullptr) {
       *error = std::strerror(errno);
     }
+    return std::nullopt;
+  }
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) ||
+      static_cast<std::uint64_t>(info.st_size) > max_bytes) {
+    if (error != nullptr) {
+      *error = !S_ISREG(info.st_mode) ? std::string("not a regular file")
+                                      : fmt::format("larger than {} bytes", max_bytes);
+    }
+    ::close(fd);
     return std::nullopt;
   }
   std::string content;
@@ -34,6 +46,13 @@ std::optional<std::string> read_file(const std::filesystem::path& path, std::str
     }
     if (n == 0) {
       break;
+    }
+    if (content.size() + static_cast<std::size_t>(n) > max_bytes) { // grew while read
+      if (error != nullptr) {
+        *error = fmt::format("larger than {} bytes", max_bytes);
+      }
+      ::close(fd);
+      return std::nullopt;
     }
     content.append(buffer, static_cast<std::size_t>(n));
   }
@@ -88,16 +107,17 @@ std::string create_private_dirs(const std::filesystem::path& dir) {
   return {};
 }
 
-std::string untrusted_reason(const std::filesystem::path& path) {
+std::string untrusted_reason(const std::filesystem::path& path, bool root_ok) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
     return {};
   }
-  if (info.st_uid != ::geteuid()) {
+  if (info.st_uid != ::geteuid() && !(root_ok && info.st_uid == 0)) {
     return fmt::format("'{}' belongs to user id {}, not to this user ({})", path.string(),
                        info.st_uid, ::geteuid());
   }
-  if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+  const bool sticky_dir = S_ISDIR(info.st_mode) && (info.st_mode & S_ISVTX) != 0;
+  if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0 && !sticky_dir) {
     return fmt::format("'{}' is writable by {} (mode {:o})", path.string(),
                        (info.st_mode & S_IWOTH) != 0 ? "others" : "its group",
                        info.st_mode & 07777);

@@ -8,9 +8,15 @@
 
 namespace kjit::detail {
 
-// The whole content of `path`, or nullopt (with `error` set to strerror) when it cannot be read.
+// The most a source, header or manifest may hold.
+inline constexpr std::size_t k_max_source_bytes = 16u << 20;
+
+// The whole content of the regular file `path`, or nullopt with `error` set (strerror, "not a
+// regular file" for FIFOs, devices and folders, or "larger than N bytes"). Never blocks on a
+// FIFO and never reads past `max_bytes`.
 std::optional<std::string> read_file(const std::filesystem::path& path,
-                                     std::string* error = nullptr);
+                                     std::string* error = nullptr,
+                                     std::size_t max_bytes = k_max_source_bytes);
 
 // Writes `content` to `path` through a temporary file and a rename, so readers never see a partial
 // file. Returns an error message, or an empty string on success.
@@ -20,9 +26,10 @@ std::string write_file_atomic(const std::filesystem::path& path, std::string_vie
 // message, or an empty string on success.
 std::string create_private_dirs(const std::filesystem::path& dir);
 
-// Why `path` must not be trusted with this user's data: owned by another user, or writable by
-// group or others. Empty when it is safe (or does not exist).
-std::string untrusted_reason(const std::filesystem::path& path);
+// Why `path` must not be trusted with this user's data: owned by another user (root too, unless
+// `root_ok`), or writable by group or others (a sticky folder such as /tmp is fine: others cannot
+// replace what is in it). Empty when it is safe (or does not exist).
+std::string untrusted_reason(const std::filesystem::path& path, bool root_ok = false);
 
 // Whether the calling process may write into directory `dir` (access(2) W_OK|X_OK).
 bool dir_writable(const std::filesystem::path& dir);

@@ -378,6 +378,52 @@ TEST_CASE("a read-only store anybody can rewrite is skipped", "[store]") {
   CHECK(logs.count("writable by others") == 1);
 }
 
+TEST_CASE("read-only stores follow the writable store's rules: group, folder, owner",
+          "[store][adversarial]") {
+  TempDir baked;
+  { kjit::Runtime(at(baked)).compile(tiny(1), k_sm90); }
+  const auto file = kjit::detail::store_file(baked.path());
+  TempDir writable;
+  auto refused = [&](const char* why) {
+    kjit::test::LogCapture logs;
+    auto options = at(writable);
+    options.read_only_caches = std::vector{file};
+    kjit::Runtime runtime(options);
+    CHECK(runtime.cache().read_only_paths().empty());
+    CHECK(logs.count(why) == 1);
+  };
+  using std::filesystem::perm_options;
+  using std::filesystem::perms;
+  std::filesystem::permissions(file, perms::group_write, perm_options::add);
+  refused("writable by its group");
+  std::filesystem::permissions(file, perms::group_write, perm_options::remove);
+  std::filesystem::permissions(baked.path(), perms::group_write, perm_options::add);
+  refused("writable by its group"); // its folder: someone could replace the file
+  std::filesystem::permissions(baked.path(), perms::group_write, perm_options::remove);
+  if (::geteuid() == 0) {
+    REQUIRE(::chown(file.c_str(), 65534, 65534) == 0);
+    refused("belongs to user id 65534");
+  }
+}
+
+TEST_CASE("a scoped read-only store serves only programs of its scope", "[store][adversarial]") {
+  TempDir baked;
+  { kjit::Runtime(at(baked)).compile(tiny(1), k_sm90); }
+  TempDir writable;
+  kjit::Runtime runtime(at(writable));
+  REQUIRE(runtime.cache().add_read_only_path(baked.path(), "pkg"));
+  // Another package's program with the same content is not served from pkg's store.
+  kjit::CompileOptions other = tiny(1).options();
+  other.scope = "other";
+  CHECK_FALSE(
+    runtime.compile(kjit::Program(tiny(1).name(), tiny(1).source(), other), k_sm90).cached);
+  CHECK(runtime.stats().compiles == 1);
+  kjit::CompileOptions own = tiny(1).options();
+  own.scope = "pkg";
+  CHECK(runtime.compile(kjit::Program(tiny(1).name(), tiny(1).source(), own), k_sm90).cached);
+  CHECK(runtime.stats().compiles == 1);
+}
+
 TEST_CASE("a store of a future schema version is not used, and compiling goes on", "[store]") {
   TempDir dir;
   { kjit::Runtime(at(dir)).compile(tiny(1), k_sm90); }

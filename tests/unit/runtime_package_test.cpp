@@ -115,3 +115,61 @@ TEST_CASE("every code point a manifest may hold is safe for toml++'s classifiers
   }
   CHECK(accepted > 1000000);
 }
+
+namespace {
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+} // namespace
+
+TEST_CASE("torch's and kjit's namespaces are refused as package names", "[package][adversarial]") {
+  kjit::test::TempDir dir;
+  for (const char* name : {"aten", "prim", "torch", "kjit", "kjit_cpu", "_c10d_functional"}) {
+    CHECK_THROWS_WITH(
+      load(dir, replaced(k_manifest, "name = \"p\"", std::string("name = \"") + name + "\"")),
+      Catch::Contains("reserved namespace") && Catch::Contains("package.name"));
+  }
+  CHECK_THROWS_WITH(
+    load(dir, replaced(k_manifest, "name = \"p\"", "name = \"" + std::string(65, 'a') + "\"")),
+    Catch::Contains("at most 64 characters"));
+}
+
+TEST_CASE("sources, include dirs and headers outside the package folder are refused",
+          "[package][adversarial]") {
+  kjit::test::TempDir outside;
+  kjit::test::write_text(outside / "secret.cuh", "private key\n");
+  kjit::test::write_text(outside / "k.cu", "__global__ void k() {}\n");
+  kjit::test::TempDir dir;
+  const std::string up = outside.path().string();
+  CHECK_THROWS_WITH(
+    load(dir, replaced(k_manifest, "source = \"k.cu\"", "source = \"" + up + "/k.cu\"")),
+    Catch::Contains("kernel.k.source") && Catch::Contains("lies outside the package folder"));
+  CHECK_THROWS_WITH(load(dir, replaced(k_manifest, "entry = \"k<{T}>\"",
+                                       "entry = \"k<{T}>\"\ninclude_dirs = [\"..\"]")),
+                    Catch::Contains("include dir") && Catch::Contains("lies outside"));
+  // A header included by absolute path, and one reached through a symbolic link.
+  kjit::test::write_text(dir / "kernel.toml", k_manifest);
+  kjit::test::write_text(dir / "k.cu", "#include \"" + up + "/secret.cuh\"\n");
+  CHECK_THROWS_WITH(kjit::Package::load(dir.path()),
+                    Catch::Contains("header") && Catch::Contains("lies outside"));
+  std::filesystem::create_symlink(outside / "secret.cuh", dir / "link.cuh");
+  kjit::test::write_text(dir / "k.cu", "#include \"link.cuh\"\n");
+  CHECK_THROWS_WITH(kjit::Package::load(dir.path()), Catch::Contains("lies outside"));
+  std::filesystem::remove(dir / "link.cuh");
+  std::filesystem::create_symlink(outside.path(), dir / "sub");
+  kjit::test::write_text(dir / "k.cu", "__global__ void k() {}\n");
+  CHECK_THROWS_WITH(load(dir, replaced(k_manifest, "source = \"k.cu\"", "source = \"sub/k.cu\"")),
+                    Catch::Contains("lies outside"));
+}
+
+TEST_CASE("a package's programs carry its namespace as their store scope", "[package]") {
+  kjit::test::TempDir dir;
+  CHECK(load(dir, k_manifest).warm_list()[0].program.options().scope == "p");
+  const auto v3 = load(dir, replaced(k_manifest, "1.2.3", "3.0.0"));
+  CHECK(v3.scope() == "p_v3");
+  CHECK(v3.warm_list()[0].program.options().scope == "p_v3");
+}

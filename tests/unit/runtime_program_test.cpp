@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 using kjit::CompileOptions;
 using kjit::Program;
 
@@ -37,9 +39,10 @@ TEST_CASE("headers are found recursively, through cycles, and hashed by content"
   kjit::test::write_text(dir / "a.cuh", "#pragma once\n  #  include \"sub/b.cuh\"\n");
   kjit::test::write_text(dir / "sub/b.cuh", "#pragma once\n#include \"../a.cuh\"\nint b;\n");
   const auto first = Program::from_file(dir / "main.cu");
-  REQUIRE(first.headers().size() == 2);
+  REQUIRE(first.headers().size() == 3); // the includes, then the rest of the include dir
   CHECK(first.headers()[0].include_name == "a.cuh");
   CHECK(first.headers()[1].include_name == "sub/b.cuh");
+  CHECK(first.headers()[2].include_name == "main.cu");
   CHECK(first.name() == "main.cu");
 
   kjit::test::write_text(dir / "sub/b.cuh", "#pragma once\n#include \"../a.cuh\"\nint c;\n");
@@ -75,4 +78,47 @@ TEST_CASE("every digest input changes the digest", "[program]") {
 TEST_CASE("a missing source file is an error naming it", "[program]") {
   CHECK_THROWS_WITH(Program::from_file("/nonexistent/k.cu"),
                     Catch::Contains("cannot read kernel source '/nonexistent/k.cu'"));
+}
+
+TEST_CASE("a header included through a macro enters the digest", "[program]") {
+  kjit::test::TempDir dir;
+  kjit::test::write_text(dir / "k.cu", "#define HEADER \"impl.cuh\"\n#include HEADER\n");
+  kjit::test::write_text(dir / "impl.cuh", "int x = 1;\n");
+  kjit::test::write_text(dir / "kernels.sqlite", "a shipped store");
+  const auto before = Program::from_file(dir / "k.cu");
+  kjit::test::write_text(dir / "impl.cuh", "int x = 2;\n");
+  const auto after = Program::from_file(dir / "k.cu");
+  CHECK(before.digest() != after.digest());
+  // Files that are not headers do not: a package's own store lives beside its sources.
+  kjit::test::write_text(dir / "kernels.sqlite", "another shipped store");
+  kjit::test::write_text(dir / ".hidden.cuh", "hidden");
+  CHECK(Program::from_file(dir / "k.cu").digest() == after.digest());
+}
+
+TEST_CASE("pre-included headers enter the digest; paths outside the include dirs are refused",
+          "[program]") {
+  kjit::test::TempDir dir;
+  kjit::test::write_text(dir / "inc/pre.cuh", "#include \"deep.cuh\"\n");
+  kjit::test::write_text(dir / "inc/deep.cuh", "int a;\n");
+  const CompileOptions options{.options = {"-include", "pre.cuh"}, .include_dirs = {dir / "inc"}};
+  const Program first("k.cu", "", options);
+  CHECK(first.canonical_options() == std::vector<std::string>{"--pre-include=pre.cuh"});
+  REQUIRE(first.headers().size() == 2);
+  CHECK(first.headers()[0].include_name == "pre.cuh");
+  CHECK(first.headers()[1].include_name == "deep.cuh");
+  kjit::test::write_text(dir / "inc/deep.cuh", "int b;\n");
+  CHECK(Program("k.cu", "", options).digest() != first.digest());
+  for (const char* bad : {"--pre-include=/etc/hostname", "-include=../secret.h"}) {
+    CHECK_THROWS_WITH(Program("k.cu", "", CompileOptions{.options = {bad}}),
+                      Catch::Contains("not a path outside them"));
+  }
+}
+
+TEST_CASE("sources that are not regular files are refused without blocking", "[program]") {
+  kjit::test::TempDir dir;
+  const auto fifo = dir / "k.cu";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(Program::from_file(fifo), Catch::Contains("not a regular file"));
+  CHECK_THROWS_WITH(Program::from_file("/dev/zero"), Catch::Contains("not a regular file"));
+  CHECK_THROWS_WITH(Program::from_file(dir.path()), Catch::Contains("not a regular file"));
 }
