@@ -167,12 +167,21 @@ def load_locked(name: str, lock: str | os.PathLike | None = None, trust: bool = 
     if data.get("store"):
         store = _packages.check_relative(str(data["store"]))
         _C.add_read_only_cache(lock_path.parent / store, _packages.namespace_for(name, Version.parse(entry["version"])))
-    trusted = trust or _trust.source_trusted(entry.get("source", "")) or _trust.source_trusted(str(path))
+    source = entry.get("source", "")
+    trusted = (
+        trust
+        or _trust.source_trusted(source)
+        or _trust.source_trusted(str(path))
+        or (not source and _packages.trusted_folder(path))
+    )
     snapshot = _snapshot(name, contents)
-    return _register(snapshot, _packages.namespace_for(name, Version.parse(entry["version"])), trusted, key=str(path))
+    namespace = _packages.namespace_for(name, Version.parse(entry["version"]))
+    return _register(snapshot, namespace, trusted, key=str(path), origin=source or str(path))
 
 
-def _register(path: Path, namespace: str, trusted: bool, key: str | None = None) -> types.ModuleType:
+def _register(
+    path: Path, namespace: str, trusted: bool, key: str | None = None, origin: str | None = None
+) -> types.ModuleType:
     with _lock:
         manifest = key or str((path / "kernel.toml").resolve())
         if manifest in _loaded:
@@ -192,7 +201,7 @@ def _register(path: Path, namespace: str, trusted: bool, key: str | None = None)
                     )
             for op in cpu_ops:
                 if not trusted:
-                    why = f"package '{info['name']}' from '{path}' is not from a trusted source"
+                    why = f"package '{info['name']}' from '{origin or path}' is not from a trusted source"
                     library.impl(op["hidden_cpu_op"], untrusted_cpu_kernel(namespace, op["name"], why), "CPU")
                     continue
                 function = getattr(python, op["cpu"], None)

@@ -90,6 +90,14 @@ def search_path() -> list[Path]:
     return user_roots() + [package_store(), installed_kernels()]
 
 
+def trusted_folder(path: Path) -> bool:
+    """Whether `path` lies in a folder whose packages' code is trusted without being listed:
+    a KJIT_PATH folder, the packages shipped with kjit, or an installed wheel's package."""
+    real = Path(os.path.realpath(path))
+    roots = [*user_roots(), installed_kernels(), *_entry_point_dirs()]
+    return any(real == (r := Path(os.path.realpath(root))) or r in real.parents for root in roots)
+
+
 def _source_info(path: Path) -> dict:
     """What `kjit fetch` recorded about a package in the store ({} when nothing)."""
     try:

@@ -96,8 +96,9 @@ def test_verify_finds_and_fixes_a_corrupted_entry(tmp_path):
     db.close()
     report = json.loads(run("cache", "verify", "--json", cache=cache, check=1).stdout)
     assert report["bad_entries"] == [key] and not report["ok"]
-    fixed = run("cache", "verify", "--fix", cache=cache, check=0)
-    assert "(removed)" in fixed.stdout
+    fixed = run("cache", "verify", "--fix", cache=cache, check=1)  # found something bad
+    assert "(removed)" in fixed.stdout and "1 bad entries removed" in fixed.stdout
+    assert run("cache", "verify", cache=cache, check=0).stdout.strip().endswith("ok")
     assert json.loads(run("cache", "ls", "--json", cache=cache, check=0).stdout) == []
 
 

@@ -250,7 +250,7 @@ def test_lock_then_load_locked_refuses_tampered_files(repo, env, tmp_path):
         assert gray.__version__ == "1.1.0"
         assert gray.img2gray(torch.zeros(2, 2, 3, dtype=torch.uint8)).shape == (2, 2)
         """,
-        env,
+        {**env, "KJIT_TRUSTED_SOURCES": repo.as_uri()},  # its CPU code runs: the source is trusted
         cwd=project,
     )
     source = Path(gray["path"]) / "img2gray.cu"
@@ -297,6 +297,7 @@ def test_bundle_works_offline_from_a_read_only_folder(repo, env, tmp_path):
                 "KJIT_PACKAGES_DIR": str(tmp_path / "absent"),
                 "KJIT_CACHE_DIR": str(bundle / "no-writable-store-here"),
                 "KJIT_PATH": "",
+                "KJIT_TRUSTED_SOURCES": f"{bundle}/",  # the deployer trusts the bundle it ships
             },
         )
     finally:
