@@ -1,3 +1,6 @@
+// The torch layer's eager path: ops registered with the dispatcher at run time, one boxed
+// functor per op and dispatch key (CUDA, Meta, CPU, Autograd). Over 600 lines: binding, checks,
+// outputs, launch and the CPU output checks share one per-op state and its per-call arrays.
 #include "torch_ops.hpp"
 
 #include <kjit/error.hpp>

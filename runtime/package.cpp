@@ -1,3 +1,7 @@
+// Kernel packages: the manifest reader (one pass over the TOML, every key checked and every
+// expression parsed with its place) and the checks on what a package may read. Over 600 lines:
+// the reader is one state machine over one file format; it is split by manifest table (schema,
+// ops, kernels) when the manifest language grows its own folder.
 #include <kjit/error.hpp>
 #include <kjit/package.hpp>
 
