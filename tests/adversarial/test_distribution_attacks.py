@@ -13,7 +13,7 @@ import pytest
 import kjit
 from kjit import _packages
 
-from conftest import cli, git, make_package, make_repo, python, tree
+from attack_helpers import cli, env, git, make_package, make_repo, python, tree  # noqa: F401 (env: a fixture)
 
 MARKER_INIT = """
     import pathlib, torch

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import cli, python
+from attack_helpers import cli, env, python  # noqa: F401 (env: a fixture)
 
 MANIFEST = """
 [package]

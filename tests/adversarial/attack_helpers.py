@@ -1,5 +1,6 @@
-"""Shared helpers of the adversarial tests: each case plays an attacker (a crafted URL, repository,
-manifest, lock, store or number) and asserts the safe outcome."""
+"""Helpers of the adversarial tests (not a conftest.py: tests/python has one, and both run in one
+pytest session): each case plays an attacker (a crafted URL, repository, manifest, lock, store or
+number) and asserts the safe outcome."""
 
 import os
 import shutil
