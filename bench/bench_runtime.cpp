@@ -9,7 +9,7 @@
 //   kjit_bench_runtime [--json FILE]
 #include <kjit/kjit.hpp>
 
-#include "runtime/driver.hpp"
+#include "runtime/cuda/driver.hpp"
 
 #include <fmt/format.h>
 

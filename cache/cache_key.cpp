@@ -14,7 +14,8 @@ Digest cache_key(const KeyInputs& inputs) {
     .field("output", to_string(inputs.target.kind))
     .field("nvrtc_major", inputs.nvrtc_major)
     .field("nvrtc_minor", inputs.nvrtc_minor)
-    .field("driver", inputs.driver_version);
+    .field("driver", inputs.driver_version)
+    .field("cuda_headers", inputs.cuda_headers);
   return hasher.digest();
 }
 

@@ -4,6 +4,8 @@
 
 #include "torch_ops.hpp"
 
+#include "runtime/cuda/nvrtc.hpp"
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
@@ -58,6 +60,8 @@ void translate(std::exception_ptr p) {
     raise("DriverError", e.what(), a);
   } catch (const kjit::CacheError& e) {
     raise("CacheError", e.what());
+  } catch (const kjit::NvrtcError& e) {
+    raise("NvrtcError", e.what());
   } catch (const kjit::Error& e) {
     raise("Error", e.what());
   }
@@ -260,6 +264,19 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("version", [] { return std::string(kjit::version()); });
   m.def("nvrtc_version", &kjit::nvrtc_version);
+  m.def("set_python_paths", &kjit::detail::set_python_paths, py::arg("paths"));
+  m.def("nvrtc_info", [] {
+    const kjit::NvrtcInfo info = kjit::nvrtc_info();
+    py::dict d;
+    d["found"] = info.found;
+    d["library"] = info.library;
+    d["how"] = info.how;
+    d["version"] = py::make_tuple(info.major, info.minor);
+    d["include_dirs"] = info.include_dirs;
+    d["searched"] = info.searched;
+    d["error"] = info.error;
+    return d;
+  });
   m.def("load_package", &load_package, py::arg("path"), py::arg("namespace") = py::none());
   m.def(
     "package_identity",

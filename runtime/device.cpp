@@ -1,6 +1,6 @@
 #include <kjit/device.hpp>
 
-#include "runtime/driver.hpp"
+#include "runtime/cuda/driver.hpp"
 #include "runtime/logging.hpp"
 
 #include <fmt/format.h>

@@ -2,7 +2,7 @@
 #include <kjit/error.hpp>
 #include <kjit/kernel.hpp>
 
-#include "runtime/driver.hpp"
+#include "runtime/cuda/driver.hpp"
 #include "runtime/library.hpp"
 #include "runtime/util/assert.hpp"
 

@@ -5,7 +5,7 @@
 // at the first launch there).
 #pragma once
 
-#include "runtime/driver.hpp"
+#include "runtime/cuda/driver.hpp"
 
 #include <kjit/kernel.hpp>
 

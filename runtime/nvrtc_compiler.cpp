@@ -14,28 +14,8 @@
 
 #include <sys/statvfs.h>
 
-#ifndef KJIT_CUDA_TOOLKIT_INCLUDE_DIR
-#  define KJIT_CUDA_TOOLKIT_INCLUDE_DIR "/usr/local/cuda/include"
-#endif
-
 namespace kjit::detail {
 namespace {
-
-NvrtcApi make_linked_table() {
-  NvrtcApi t;
-#define KJIT_NVRTC_ASSIGN(name) t.name = &::name;
-  KJIT_NVRTC_FUNCTIONS(KJIT_NVRTC_ASSIGN)
-#undef KJIT_NVRTC_ASSIGN
-  ::nvrtcVersion(&t.version_major, &t.version_minor);
-  return t;
-}
-
-const NvrtcApi& linked_table() {
-  static const NvrtcApi table = make_linked_table();
-  return table;
-}
-
-std::atomic<const NvrtcApi*> g_override{nullptr};
 
 [[noreturn]] void throw_nvrtc(const NvrtcApi& api, nvrtcResult result, const char* call,
                               const CompileRequest& request,
@@ -57,23 +37,9 @@ std::atomic<const NvrtcApi*> g_override{nullptr};
     }                                                                                              \
   } while (false)
 
-const NvrtcApi& nvrtc() {
-  if (const NvrtcApi* table = g_override.load(std::memory_order_acquire)) {
-    return *table;
-  }
-  return linked_table();
-}
-
-NvrtcOverride::NvrtcOverride(const NvrtcApi& table)
-  : m_previous(g_override.exchange(&table, std::memory_order_acq_rel)) {}
-
-NvrtcOverride::~NvrtcOverride() {
-  g_override.store(m_previous, std::memory_order_release);
-}
-
 const std::vector<int>& nvrtc_supported_arch_numbers() {
   static const std::vector<int> archs = [] {
-    const NvrtcApi& api = linked_table();
+    const NvrtcApi& api = nvrtc();
     int count = 0;
     std::vector<int> result;
     if (api.nvrtcGetNumSupportedArchs(&count) == NVRTC_SUCCESS && count > 0) {
@@ -88,28 +54,7 @@ const std::vector<int>& nvrtc_supported_arch_numbers() {
 }
 
 const std::vector<std::string>& toolkit_include_dirs() {
-  static const std::vector<std::string> dirs = [] {
-    std::vector<std::string> result;
-    std::filesystem::path include = KJIT_CUDA_TOOLKIT_INCLUDE_DIR;
-    for (const char* variable : {"CUDA_HOME", "CUDA_PATH"}) {
-      if (auto home = getenv_nonempty(variable)) {
-        include = std::filesystem::path(*home) / "include";
-        break;
-      }
-    }
-    std::error_code ec;
-    if (std::filesystem::exists(include / "cuda_runtime.h", ec)) {
-      result.push_back(include.string());
-      if (std::filesystem::is_directory(include / "cccl", ec)) {
-        result.push_back((include / "cccl").string());
-      }
-    } else {
-      log(LogLevel::debug, "no CUDA toolkit headers in '{}': only NVRTC's built-in headers",
-          include.string());
-    }
-    return result;
-  }();
-  return dirs;
+  return nvrtc().include_dirs;
 }
 
 UniqueProgram::~UniqueProgram() {
@@ -241,7 +186,7 @@ CompileResult compile_once(const CompileRequest& request, bool auto_pch) {
   if (compiled != NVRTC_SUCCESS) {
     throw_nvrtc(api, compiled, "nvrtcCompileProgram", request, options, result.log);
   }
-  if (auto_pch) {
+  if (auto_pch && api.nvrtcGetPCHCreateStatus != nullptr) {
     const nvrtcResult pch = api.nvrtcGetPCHCreateStatus(program.get());
     if (pch == NVRTC_SUCCESS) {
       result.pch_created = true;
@@ -274,6 +219,7 @@ CompileResult compile_once(const CompileRequest& request, bool auto_pch) {
 CompileResult nvrtc_compile(const CompileRequest& request) {
   const bool auto_pch =
     request.auto_pch && !g_pch_failed.load(std::memory_order_relaxed) &&
+    nvrtc().nvrtcGetPCHCreateStatus != nullptr && // NVRTC 12.8+
     std::none_of(request.options.begin(), request.options.end(), is_pch_option) && pch_has_room();
   if (!auto_pch) {
     return compile_once(request, false);

@@ -1,12 +1,10 @@
 // NVRTC: CUDA source to cubin or PTX for one target. Needs no GPU and no driver.
 //
-// Note [NVRTC table]: NVRTC is linked, but every call goes through the `nvrtc()` table so that
-// tests can inject failures (`NvrtcOverride`), as with the driver (Note [Driver table]).
 #pragma once
 
 #include <kjit/arch.hpp>
 
-#include <nvrtc.h>
+#include "runtime/cuda/nvrtc.hpp"
 
 #include <string>
 #include <utility>
@@ -14,52 +12,11 @@
 
 namespace kjit::detail {
 
-#define KJIT_NVRTC_FUNCTIONS(X)                                                                    \
-  X(nvrtcGetErrorString)                                                                           \
-  X(nvrtcVersion)                                                                                  \
-  X(nvrtcGetNumSupportedArchs)                                                                     \
-  X(nvrtcGetSupportedArchs)                                                                        \
-  X(nvrtcCreateProgram)                                                                            \
-  X(nvrtcDestroyProgram)                                                                           \
-  X(nvrtcCompileProgram)                                                                           \
-  X(nvrtcGetProgramLogSize)                                                                        \
-  X(nvrtcGetProgramLog)                                                                            \
-  X(nvrtcGetCUBINSize)                                                                             \
-  X(nvrtcGetCUBIN)                                                                                 \
-  X(nvrtcGetPTXSize)                                                                               \
-  X(nvrtcGetPTX)                                                                                   \
-  X(nvrtcAddNameExpression)                                                                        \
-  X(nvrtcGetLoweredName)                                                                           \
-  X(nvrtcGetPCHCreateStatus)
-
-struct NvrtcApi {
-#define KJIT_NVRTC_MEMBER(name) decltype(&::name) name = nullptr;
-  KJIT_NVRTC_FUNCTIONS(KJIT_NVRTC_MEMBER)
-#undef KJIT_NVRTC_MEMBER
-  int version_major = 0;
-  int version_minor = 0;
-};
-
-// The NVRTC table (the linked library, unless a test overrides it).
-const NvrtcApi& nvrtc();
-
-// Tests only: swaps the table for `table` while the object lives.
-class NvrtcOverride {
-public:
-  explicit NvrtcOverride(const NvrtcApi& table);
-  ~NvrtcOverride();
-  NvrtcOverride(const NvrtcOverride&) = delete;
-  NvrtcOverride& operator=(const NvrtcOverride&) = delete;
-
-private:
-  const NvrtcApi* m_previous;
-};
-
-// `nvrtcGetSupportedArchs` of the linked NVRTC, ascending (e.g. 75, 80, ..., 120).
+// `nvrtcGetSupportedArchs` of the loaded NVRTC, ascending (e.g. 75, 80, ..., 120).
 const std::vector<int>& nvrtc_supported_arch_numbers();
 
-// The include dirs of the CUDA toolkit that NVRTC is given (CUDA headers such as cuda_fp16.h
-// and cuda/std/...): `$CUDA_HOME/include` (or the build's toolkit) and its `cccl` folder.
+// The include dirs of CUDA's headers that NVRTC is given (cuda_fp16.h, cuda/std/...): those of
+// the root NVRTC was loaded from (Note [CUDA headers]).
 const std::vector<std::string>& toolkit_include_dirs();
 
 // Owning `nvrtcProgram`; destroys on destruction. Move-only.

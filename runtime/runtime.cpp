@@ -3,7 +3,7 @@
 
 #include "cache/cache_key.hpp"
 #include "cache/sqlite_store.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/cuda/driver.hpp"
 #include "runtime/library.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
@@ -153,7 +153,8 @@ struct Runtime::Impl {
   detail::Digest key(const Program& program, const Target& target) const {
     const auto& api = detail::nvrtc();
     return detail::cache_key(detail::KeyInputs{program.digest(), target, api.version_major,
-                                               api.version_minor, driver_version()});
+                                               api.version_minor, driver_version(),
+                                               api.headers_digest});
   }
 
   std::shared_ptr<Compiled> obtain(const Program& program, const Target& target) {
@@ -392,6 +393,24 @@ const RuntimeOptions& Runtime::options() const noexcept {
 std::pair<int, int> nvrtc_version() {
   const auto& api = detail::nvrtc();
   return {api.version_major, api.version_minor};
+}
+
+NvrtcInfo nvrtc_info() {
+  NvrtcInfo info;
+  const detail::NvrtcSearch& search = detail::nvrtc_search();
+  info.library = search.library;
+  info.how = search.how;
+  info.searched = search.searched;
+  info.error = search.error;
+  try {
+    const auto& api = detail::nvrtc();
+    info.found = true;
+    info.major = api.version_major;
+    info.minor = api.version_minor;
+    info.include_dirs = api.include_dirs;
+  } catch (const NvrtcError&) {
+  }
+  return info;
 }
 
 std::string_view version() noexcept {

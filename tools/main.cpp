@@ -324,7 +324,7 @@ int run_cache_verify(kjit::Runtime& runtime, bool fix, bool as_json) {
 
 int run_info(bool as_json) {
   kjit::Runtime runtime;
-  const auto [nvrtc_major, nvrtc_minor] = kjit::nvrtc_version();
+  const kjit::NvrtcInfo nvrtc = kjit::nvrtc_info();
   json devices = json::array();
   for (int d = 0; d < kjit::device_count(); ++d) {
     const auto info = kjit::device_info(d);
@@ -366,11 +366,22 @@ int run_info(bool as_json) {
                          runtime.driver_version() % 1000 / 10);
   }
   std::vector<std::string> archs;
-  for (const auto& arch : kjit::nvrtc_supported_archs()) {
-    archs.push_back(arch.name());
+  if (nvrtc.found) {
+    for (const auto& arch : kjit::nvrtc_supported_archs()) {
+      archs.push_back(arch.name());
+    }
+  }
+  json nvrtc_json = {{"found", nvrtc.found},
+                     {"library", nvrtc.library},
+                     {"how", nvrtc.how},
+                     {"include_dirs", nvrtc.include_dirs},
+                     {"searched", nvrtc.searched}};
+  if (!nvrtc.found) {
+    nvrtc_json["error"] = nvrtc.error;
   }
   const json info = {{"kjit", std::string(kjit::version())},
-                     {"nvrtc", fmt::format("{}.{}", nvrtc_major, nvrtc_minor)},
+                     {"nvrtc", nvrtc.found ? fmt::format("{}.{}", nvrtc.major, nvrtc.minor) : ""},
+                     {"nvrtc_library", nvrtc_json},
                      {"nvrtc_archs", archs},
                      {"driver", driver},
                      {"devices", devices},
@@ -381,10 +392,20 @@ int run_info(bool as_json) {
     std::cout << info.dump(2) << "\n";
     return 0;
   }
-  std::cout << fmt::format("kjit      {}\n", kjit::version())
-            << fmt::format("NVRTC     {}.{} ({} to {})\n", nvrtc_major, nvrtc_minor,
-                           archs.empty() ? "?" : archs.front(), archs.empty() ? "?" : archs.back())
-            << fmt::format("driver    {}\n", driver);
+  std::cout << fmt::format("kjit      {}\n", kjit::version());
+  if (nvrtc.found) {
+    std::cout << fmt::format("NVRTC     {}.{} ({} to {}) from {} ({})\n", nvrtc.major, nvrtc.minor,
+                             archs.empty() ? "?" : archs.front(),
+                             archs.empty() ? "?" : archs.back(), nvrtc.library, nvrtc.how);
+    std::string headers = nvrtc.include_dirs.empty() ? "NVRTC's built-in only" : "";
+    for (const auto& dir : nvrtc.include_dirs) {
+      headers += (headers.empty() ? "" : ", ") + dir;
+    }
+    std::cout << fmt::format("headers   {}\n", headers);
+  } else {
+    std::cout << fmt::format("NVRTC     none: {}\n", nvrtc.error);
+  }
+  std::cout << fmt::format("driver    {}\n", driver);
   if (devices.empty()) {
     std::cout << "devices   none\n";
   }

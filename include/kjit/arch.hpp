@@ -54,7 +54,8 @@ struct Target {
   friend auto operator<=>(const Target&, const Target&) = default;
 };
 
-// The archs the linked NVRTC can compile for (`nvrtcGetSupportedArchs`), ascending.
+// The archs the loaded NVRTC can compile for (`nvrtcGetSupportedArchs`), ascending. Throws
+// `NvrtcError` when no NVRTC is found.
 std::vector<Arch> nvrtc_supported_archs();
 
 // The target to compile for a device of `device_arch`: a cubin when NVRTC knows the arch, else PTX

@@ -43,6 +43,13 @@ private:
   std::string m_code_name;
 };
 
+// No usable NVRTC was found (or `KJIT_NVRTC_LIBRARY` names one that cannot be loaded). The
+// message lists every place searched and what to install. Only compiling needs NVRTC.
+class NvrtcError : public Error {
+public:
+  using Error::Error;
+};
+
 // NVRTC failed to compile a program. `what()` is a summary followed by the log; the fields keep
 // everything a caller needs to report or retry.
 class CompileError : public Error {

@@ -107,8 +107,24 @@ private:
   std::unique_ptr<Impl> m_impl;
 };
 
-// The NVRTC version, e.g. {13, 0}.
+// The NVRTC version, e.g. {13, 0}. Throws `NvrtcError` when no NVRTC is found.
 std::pair<int, int> nvrtc_version();
+
+// Which NVRTC kjit uses and why, or why none: found on first need by searching, in order,
+// KJIT_NVRTC_LIBRARY, a libnvrtc already loaded in the process, the pip wheels
+// (nvidia-cuda-nvrtc) in site-packages, $CONDA_PREFIX/lib, the loader's path, $CUDA_HOME,
+// $CUDA_PATH and /usr/local/cuda. Never throws.
+struct NvrtcInfo {
+  bool found = false;
+  std::string library; // the file loaded
+  std::string how;     // why this one, e.g. "pip wheel beside kjit"
+  int major = 0;
+  int minor = 0;
+  std::vector<std::string> include_dirs; // CUDA's headers from the same root, given to NVRTC
+  std::vector<std::string> searched;     // candidates tried before, each with why not
+  std::string error;                     // when not found: what was searched, what to install
+};
+NvrtcInfo nvrtc_info();
 
 // The kjit version, e.g. "0.1.0".
 std::string_view version() noexcept;

@@ -22,6 +22,11 @@ class DriverError(Error):
     """No CUDA driver, or a driver call failed. Attributes: code, code_name."""
 
 
+class NvrtcError(Error):
+    """No usable NVRTC was found: the message lists what was searched and what to install
+    (``pip install nvidia-cuda-nvrtc``). Only compiling needs NVRTC."""
+
+
 class CacheError(Error):
     """An explicit kernel cache operation failed."""
 

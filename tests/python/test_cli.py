@@ -214,3 +214,18 @@ def test_full_disk_under_the_store_and_tmp_compiles_everything_with_one_warning(
     assert "7 compiled, 0 already cached, 0 failed" in result.stdout
     warnings = [line for line in result.stderr.splitlines() if line.startswith("kjit: warning:")]
     assert len(warnings) == 1 and "disk is full" in warnings[0], result.stderr
+
+
+def test_cpp_subcommands_never_import_torch_or_the_extension(tmp_path):
+    """Note [Lazy kjit]: `kjit cache stats` & co. are the C++ tool behind a few lines of Python;
+    `import kjit` alone imports neither torch nor kjit._C."""
+    env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path))
+    for argv in (["cache", "stats"], ["info"], ["cache", "ls"]):
+        result = subprocess.run([sys.executable, "-X", "importtime", "-m", "kjit", *argv],
+                                capture_output=True, text=True, env=env, timeout=60)
+        assert result.returncode == 0, result.stderr
+        imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+        assert "kjit._cli" in imported
+        assert not {"torch", "kjit._C", "kjit._api"} & imported, sorted(imported)
+    probe = "import sys, kjit; assert not {'torch', 'kjit._C'} & set(sys.modules); kjit.load; assert 'torch' in sys.modules"
+    subprocess.run([sys.executable, "-c", probe], check=True, env=env, timeout=120)

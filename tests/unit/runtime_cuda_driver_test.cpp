@@ -2,7 +2,7 @@
 // fake driver table (Note [Driver table]).
 #include <kjit/kjit.hpp>
 
-#include "runtime/driver.hpp"
+#include "runtime/cuda/driver.hpp"
 #include "support/test_support.hpp"
 
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-#include "runtime/driver.hpp"
+#include "runtime/cuda/driver.hpp"
 
 #include "runtime/logging.hpp"
 #include "runtime/util/env.hpp"

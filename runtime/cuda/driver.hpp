@@ -8,7 +8,7 @@
 
 #include <kjit/error.hpp>
 
-#include <cuda.h>
+#include "runtime/cuda/driver_api.hpp"
 
 #include <string>
 
