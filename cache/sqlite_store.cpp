@@ -379,10 +379,13 @@ SqliteStore::Lookup SqliteStore::get(const std::string& key, StoredBinary& out) 
   }
 }
 
-void SqliteStore::put(const std::string& key, const StoredBinary& value, bool replace) {
+void SqliteStore::put(const std::string& key, const StoredBinary& value, bool replace,
+                      bool count_compile) {
   std::lock_guard lock(m_mutex);
-  ++m_pending.compiles;
-  m_pending.compile_ms += value.compile_ms;
+  if (count_compile) {
+    ++m_pending.compiles;
+    m_pending.compile_ms += value.compile_ms;
+  }
   if (m_read_only) {
     if (!m_warned_read_only) {
       m_warned_read_only = true;
@@ -449,6 +452,36 @@ void SqliteStore::count_memory(std::uint64_t hits, std::uint64_t misses) noexcep
   m_pending.memory_misses += misses;
 }
 
+namespace {
+
+// The remote tier's counters, by their name in the stats table.
+constexpr std::pair<const char*, std::uint64_t RemoteStats::*> k_remote_counters[] = {
+  {"remote_hits", &RemoteStats::hits},
+  {"remote_misses", &RemoteStats::misses},
+  {"remote_errors", &RemoteStats::errors},
+  {"remote_timeouts", &RemoteStats::timeouts},
+  {"remote_bad_entries", &RemoteStats::bad_entries},
+  {"remote_writes", &RemoteStats::writes},
+  {"remote_dropped", &RemoteStats::dropped},
+  {"remote_lock_waits", &RemoteStats::lock_waits},
+  {"remote_bytes_read", &RemoteStats::bytes_read},
+  {"remote_bytes_written", &RemoteStats::bytes_written},
+};
+
+void add_remote(RemoteStats& to, const RemoteStats& from) {
+  for (const auto& [name, member] : k_remote_counters) {
+    to.*member += from.*member;
+  }
+  to.saved_ms += from.saved_ms;
+}
+
+} // namespace
+
+void SqliteStore::count_remote(const RemoteStats& remote) noexcept {
+  std::lock_guard lock(m_mutex);
+  add_remote(m_pending.remote, remote);
+}
+
 LockGuard SqliteStore::lock_key(std::uint64_t id) const {
   if (!m_locks) {
     return {};
@@ -495,6 +528,10 @@ void SqliteStore::write_pending() {
   add_counter("compile_ms", m_pending.compile_ms);
   add_counter("corrupt", static_cast<double>(m_pending.corrupt));
   add_counter("evictions", static_cast<double>(m_pending.evictions));
+  for (const auto& [name, member] : k_remote_counters) {
+    add_counter(name, static_cast<double>(m_pending.remote.*member));
+  }
+  add_counter("remote_saved_ms", m_pending.remote.saved_ms);
   Statement touch(m_db, "UPDATE entries SET hits = hits + ?1, last_used_ms = MAX(last_used_ms, ?2) "
                         "WHERE key = ?3");
   for (const auto& [key, usage] : m_pending_hits) {
@@ -573,6 +610,13 @@ CacheStats SqliteStore::stats() const {
         stats.corrupt = count;
       } else if (name == "evictions") {
         stats.evictions = count;
+      } else if (name == "remote_saved_ms") {
+        stats.remote.saved_ms = value;
+      }
+      for (const auto& [counter, member] : k_remote_counters) {
+        if (name == counter) {
+          stats.remote.*member = count;
+        }
       }
     }
     Statement size(m_db, "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM entries");
@@ -591,6 +635,7 @@ CacheStats SqliteStore::stats() const {
   stats.compiles += m_pending.compiles;
   stats.compile_ms += m_pending.compile_ms;
   stats.corrupt += m_pending.corrupt;
+  add_remote(stats.remote, m_pending.remote);
   return stats;
 }
 

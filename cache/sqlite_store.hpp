@@ -72,14 +72,18 @@ public:
   // Never throws.
   Lookup get(const std::string& key, StoredBinary& out);
 
-  // Stores `value` under `key` (replacing a corrupt row when `replace`) and counts the compile.
-  // Evicts least recently used rows above the size limit. Never throws.
-  void put(const std::string& key, const StoredBinary& value, bool replace);
+  // Stores `value` under `key` (replacing a corrupt row when `replace`) and counts the compile
+  // (unless `count_compile` is false: an entry from the remote tier). Evicts least recently used
+  // rows above the size limit. Never throws.
+  void put(const std::string& key, const StoredBinary& value, bool replace,
+           bool count_compile = true);
 
   void count_miss() noexcept;
   // Counts (and reports, once) a row of `key` that failed its checksum.
   void count_corrupt(const std::string& key) noexcept;
   void count_memory(std::uint64_t hits, std::uint64_t misses) noexcept;
+  // Adds a process's remote-tier counters to the persistent statistics.
+  void count_remote(const RemoteStats& remote) noexcept;
 
   // Serializes compiles of `id` across processes (and across stores of this process): blocks
   // until held. An empty guard when the store cannot lock (read-only).

@@ -304,6 +304,10 @@ PYBIND11_MODULE(_C, m) {
     return info;
   });
   m.def("driver_available", &kjit::driver_available);
+  m.def(
+    "flush_remote", [] { kjit::torch_layer::runtime().flush_remote(); },
+    py::call_guard<py::gil_scoped_release>(),
+    "Waits (at most 2 s) for queued writes to the remote cache; run at exit.");
   m.def("device_count", &kjit::device_count);
 
   py::class_<RawKernel>(m, "RawKernel")

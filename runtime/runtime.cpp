@@ -2,6 +2,7 @@
 #include <kjit/runtime.hpp>
 
 #include "cache/cache_key.hpp"
+#include "cache/remote/remote_store.hpp"
 #include "cache/sqlite_store.hpp"
 #include "runtime/cuda/driver.hpp"
 #include "runtime/library.hpp"
@@ -121,10 +122,18 @@ struct Runtime::Impl {
         cache.add_read_only_path(path);
       }
     }
+    try {
+      if (auto config = detail::remote_config_from(options.remote_cache)) {
+        remote = std::make_unique<detail::RemoteStore>(std::move(*config));
+      }
+    } catch (const Error& e) {
+      detail::log(LogLevel::warning, "no remote cache: {}", e.what());
+    }
   }
 
   RuntimeOptions options;
   Cache cache;
+  std::unique_ptr<detail::RemoteStore> remote; // Note [Remote tier]
 
   std::mutex memo_mutex;
   std::unordered_map<detail::Digest, std::shared_future<std::shared_ptr<Compiled>>, DigestHash>
@@ -240,6 +249,63 @@ struct Runtime::Impl {
       store->count_miss();
       store_misses.fetch_add(1, std::memory_order_relaxed);
     }
+    std::string remote_token; // held while this host compiles for the fleet
+    if (remote) {
+      if (auto compiled = from_remote(program, key_hex, target, lookup, remote_token)) {
+        return compiled;
+      }
+    }
+    try {
+      return compile(program, target, key_hex, lookup, remote_token);
+    } catch (...) {
+      if (!remote_token.empty()) {
+        remote->unlock(key_hex, remote_token); // compile errors are never stored remotely
+      }
+      throw;
+    }
+  }
+
+  // A remote hit (written to the local store), or another host's compile waited for; else
+  // nothing, with `token` set when this host now holds the fleet's compile lock.
+  std::shared_ptr<Compiled> from_remote(const Program& program, const std::string& key_hex,
+                                        const Target& target, detail::SqliteStore::Lookup lookup,
+                                        std::string& token) {
+    using Result = detail::RemoteStore::Result;
+    detail::StoredBinary stored;
+    Result result = remote->get(key_hex, stored);
+    if (result == Result::miss) {
+      switch (remote->lock(key_hex, token)) {
+      case detail::RemoteStore::Lock::acquired:
+        return nullptr;
+      case detail::RemoteStore::Lock::held_by_other:
+        detail::log(LogLevel::debug, "'{}' for {} is being compiled by another host: waiting",
+                    program.name(), target.name());
+        result = remote->wait_for(key_hex, stored);
+        break;
+      case detail::RemoteStore::Lock::unavailable:
+        break;
+      }
+    }
+    if (result != Result::hit) {
+      return nullptr;
+    }
+    if (detail::SqliteStore* store = cache.store()) {
+      store->put(key_hex, stored, lookup == detail::SqliteStore::Lookup::corrupt,
+                 /*count_compile=*/false);
+    }
+    detail::log(LogLevel::debug, "'{}' for {} from the remote cache", program.name(),
+                target.name());
+    auto compiled = std::make_shared<Compiled>();
+    compiled->binary = Binary{target,     std::move(stored.blob), stored.lowered_names,
+                              stored.log, stored.compile_ms,      key_hex,
+                              true};
+    return compiled;
+  }
+
+  std::shared_ptr<Compiled> compile(const Program& program, const Target& target,
+                                    const std::string& key_hex, detail::SqliteStore::Lookup lookup,
+                                    const std::string& remote_token) {
+    detail::SqliteStore* store = cache.store();
 
     detail::CompileRequest request;
     request.name = program.name();
@@ -269,21 +335,30 @@ struct Runtime::Impl {
                               result.compile_ms,
                               key_hex};
     if (store != nullptr) {
-      const auto& api = detail::nvrtc();
-      detail::StoredBinary value;
-      value.kind = std::string(to_string(target.kind));
-      value.arch = target.name();
-      value.name = program.name();
-      value.nvrtc_version = fmt::format("{}.{}", api.version_major, api.version_minor);
-      value.driver_version = driver_version();
-      value.options = fmt::format("{}", fmt::join(program.canonical_options(), " "));
-      value.lowered_names = compiled->binary.lowered_names;
-      value.blob = compiled->binary.data;
-      value.compile_ms = compiled->binary.compile_ms;
-      value.log = compiled->binary.log;
-      store->put(key_hex, value, lookup == detail::SqliteStore::Lookup::corrupt);
+      store->put(key_hex, stored_value(program, target, *compiled),
+                 lookup == detail::SqliteStore::Lookup::corrupt);
+    }
+    if (remote && !remote->config().read_only) {
+      remote->put(key_hex, stored_value(program, target, *compiled), remote_token);
     }
     return compiled;
+  }
+
+  detail::StoredBinary stored_value(const Program& program, const Target& target,
+                                    const Compiled& compiled) const {
+    const auto& api = detail::nvrtc();
+    detail::StoredBinary value;
+    value.kind = std::string(to_string(target.kind));
+    value.arch = target.name();
+    value.name = program.name();
+    value.nvrtc_version = fmt::format("{}.{}", api.version_major, api.version_minor);
+    value.driver_version = driver_version();
+    value.options = fmt::format("{}", fmt::join(program.canonical_options(), " "));
+    value.lowered_names = compiled.binary.lowered_names;
+    value.blob = compiled.binary.data;
+    value.compile_ms = compiled.binary.compile_ms;
+    value.log = compiled.binary.log;
+    return value;
   }
 
   Target default_target() {
@@ -327,8 +402,14 @@ Runtime::Runtime() : Runtime(RuntimeOptions{}) {}
 Runtime::Runtime(RuntimeOptions options) : m_impl(std::make_unique<Impl>(std::move(options))) {}
 
 Runtime::~Runtime() {
+  if (m_impl->remote) {
+    m_impl->remote->flush(m_impl->remote->config().flush_deadline);
+  }
   if (detail::SqliteStore* store = m_impl->cache.store()) {
     store->count_memory(m_impl->memory_hits.load(), m_impl->memory_misses.load());
+    if (m_impl->remote) {
+      store->count_remote(m_impl->remote->stats());
+    }
     store->flush();
   }
 }
@@ -379,7 +460,77 @@ CacheStats Runtime::stats() const {
   stats.compiles = m_impl->compiles.load();
   stats.compile_ms = m_impl->compile_ms.load();
   stats.corrupt = m_impl->corrupt.load();
+  if (m_impl->remote) {
+    stats.remote = m_impl->remote->stats();
+  }
   return stats;
+}
+
+std::optional<std::string> Runtime::remote_cache() const {
+  if (!m_impl->remote) {
+    return std::nullopt;
+  }
+  return m_impl->remote->config().display();
+}
+
+namespace {
+
+void require_remote(const std::unique_ptr<detail::RemoteStore>& remote,
+                    detail::SqliteStore* store) {
+  if (!remote) {
+    throw CacheError("no remote cache: set KJIT_REMOTE_CACHE (redis://host:port) or --remote");
+  }
+  if (store == nullptr) {
+    throw CacheError("no local kernel cache to copy entries to or from");
+  }
+}
+
+} // namespace
+
+std::uint64_t Runtime::push_to_remote() {
+  detail::SqliteStore* store = m_impl->cache.store();
+  require_remote(m_impl->remote, store);
+  if (m_impl->remote->config().read_only) {
+    throw CacheError(fmt::format("the remote cache {} is read-only (mode=ro)",
+                                 m_impl->remote->config().display()));
+  }
+  std::uint64_t pushed = 0;
+  for (const auto& entry : store->entries()) {
+    detail::StoredBinary stored;
+    if (store->get(entry.key, stored) != detail::SqliteStore::Lookup::hit) {
+      continue;
+    }
+    if (!m_impl->remote->put_now(entry.key, stored)) {
+      throw CacheError(fmt::format("cannot write to the remote cache {} (after {} entries); see "
+                                   "the warning above",
+                                   m_impl->remote->config().display(), pushed));
+    }
+    ++pushed;
+  }
+  return pushed;
+}
+
+void Runtime::flush_remote() {
+  if (m_impl->remote) {
+    m_impl->remote->flush(m_impl->remote->config().flush_deadline);
+  }
+}
+
+std::uint64_t Runtime::pull_from_remote() {
+  detail::SqliteStore* store = m_impl->cache.store();
+  require_remote(m_impl->remote, store);
+  std::uint64_t pulled = 0;
+  for (const auto& key : m_impl->remote->keys()) {
+    detail::StoredBinary stored;
+    if (store->get(key, stored) == detail::SqliteStore::Lookup::hit) {
+      continue; // already here
+    }
+    if (m_impl->remote->get(key, stored) == detail::RemoteStore::Result::hit) {
+      store->put(key, stored, true, /*count_compile=*/false);
+      ++pulled;
+    }
+  }
+  return pulled;
 }
 
 Cache& Runtime::cache() noexcept {

@@ -110,11 +110,28 @@ std::optional<std::int64_t> parse_duration(const std::string& text) {
 }
 
 json stats_json(const kjit::CacheStats& s) {
-  return {{"memory_hits", s.memory_hits}, {"memory_misses", s.memory_misses},
-          {"store_hits", s.store_hits},   {"store_misses", s.store_misses},
-          {"compiles", s.compiles},       {"compile_ms", s.compile_ms},
-          {"corrupt", s.corrupt},         {"evictions", s.evictions},
-          {"entries", s.entries},         {"size_bytes", s.size_bytes}};
+  return {{"memory_hits", s.memory_hits},
+          {"memory_misses", s.memory_misses},
+          {"store_hits", s.store_hits},
+          {"store_misses", s.store_misses},
+          {"compiles", s.compiles},
+          {"compile_ms", s.compile_ms},
+          {"corrupt", s.corrupt},
+          {"evictions", s.evictions},
+          {"entries", s.entries},
+          {"size_bytes", s.size_bytes},
+          {"remote",
+           {{"hits", s.remote.hits},
+            {"misses", s.remote.misses},
+            {"errors", s.remote.errors},
+            {"timeouts", s.remote.timeouts},
+            {"bad_entries", s.remote.bad_entries},
+            {"writes", s.remote.writes},
+            {"dropped", s.remote.dropped},
+            {"lock_waits", s.remote.lock_waits},
+            {"bytes_read", s.remote.bytes_read},
+            {"bytes_written", s.remote.bytes_written},
+            {"saved_ms", s.remote.saved_ms}}}};
 }
 
 // ---- warm -----------------------------------------------------------------------------------
@@ -124,6 +141,7 @@ struct WarmArgs {
   std::string arch;
   std::optional<int> driver_version;
   unsigned jobs = 0;
+  std::optional<std::string> remote;
 };
 
 std::vector<kjit::Target> warm_targets(const std::string& arch_list) {
@@ -172,6 +190,7 @@ int run_warm(const WarmArgs& args) {
   }
   kjit::RuntimeOptions options;
   options.driver_version = args.driver_version;
+  options.remote_cache = args.remote;
   kjit::Runtime runtime(options);
 
   const bool tty = ::isatty(STDOUT_FILENO) != 0;
@@ -196,9 +215,10 @@ int run_warm(const WarmArgs& args) {
       std::cout << fmt::format("[{}/{}] {} {} ({:.0f} ms)\n", done, total, outcome, what, r.ms);
     }
   };
-  std::cout << fmt::format(
-    "warming {} package(s) for {} target(s), cache {}\n", packages.size(), targets.size(),
-    runtime.cache().enabled() ? runtime.cache().path().string() : "disabled");
+  std::cout << fmt::format("warming {} package(s) for {} target(s), cache {}{}\n", packages.size(),
+                           targets.size(),
+                           runtime.cache().enabled() ? runtime.cache().path().string() : "disabled",
+                           runtime.remote_cache() ? " and remote " + *runtime.remote_cache() : "");
   const kjit::WarmSummary summary = kjit::warm(runtime, packages, warm_options);
   for (const auto& failure : summary.failures) {
     std::cerr << fmt::format("\nfailed: {}/{} {} for {}:\n{}\n", failure.job->package,
@@ -244,6 +264,19 @@ int run_cache_stats(kjit::Runtime& runtime, bool as_json) {
             << fmt::format("time saved     ~{:.1f} s (hits x mean compile time)\n", saved_ms / 1000)
             << fmt::format("corrupt        {}\n", stats.corrupt)
             << fmt::format("evictions      {}\n", stats.evictions);
+  const auto& r = stats.remote;
+  if (runtime.remote_cache() || r.hits + r.misses + r.errors + r.timeouts + r.writes > 0) {
+    std::cout << fmt::format("remote         {}\n",
+                             runtime.remote_cache().value_or("(not set now)"))
+              << fmt::format("remote hits    {} ({}, ~{:.1f} s of compiles saved)\n", r.hits,
+                             size_text(r.bytes_read), r.saved_ms / 1000)
+              << fmt::format("remote misses  {} ({} waited for another host)\n", r.misses,
+                             r.lock_waits)
+              << fmt::format("remote writes  {} ({}), {} dropped\n", r.writes,
+                             size_text(r.bytes_written), r.dropped)
+              << fmt::format("remote faults  {} errors, {} timeouts, {} bad entries deleted\n",
+                             r.errors, r.timeouts, r.bad_entries);
+  }
   return 0;
 }
 
@@ -594,6 +627,9 @@ int main(int argc, char** argv) {
   warm->add_option("--driver-version", warm_args.driver_version,
                    "driver version that enters cache keys without a driver (e.g. 13000)");
   warm->add_option("-j,--jobs", warm_args.jobs, "parallel compiles (default: one per core)");
+  warm->add_option("--remote", warm_args.remote,
+                   "also fill this remote cache, e.g. redis://host:6379 (default: "
+                   "KJIT_REMOTE_CACHE)");
 
   auto* cache = app.add_subcommand("cache", "inspect and manage the kernel cache");
   cache->require_subcommand(1);
@@ -621,6 +657,12 @@ int main(int argc, char** argv) {
   import_cmd->add_option("file", file, "the store file to read")
     ->required()
     ->check(CLI::ExistingFile);
+
+  std::optional<std::string> remote_url;
+  auto* push = cache->add_subcommand("push", "copy every entry to the remote cache");
+  push->add_option("--remote", remote_url, "redis://host:port (default: KJIT_REMOTE_CACHE)");
+  auto* pull = cache->add_subcommand("pull", "copy every entry of the remote cache here");
+  pull->add_option("--remote", remote_url, "redis://host:port (default: KJIT_REMOTE_CACHE)");
 
   auto* info = app.add_subcommand("info", "versions, devices, caches and packages");
   info->add_flag("--json", as_json, "print JSON");
@@ -663,6 +705,18 @@ int main(int argc, char** argv) {
     }
     if (create->parsed()) {
       return run_new(new_name, new_dir);
+    }
+    if (push->parsed() || pull->parsed()) {
+      kjit::Runtime runtime(kjit::RuntimeOptions{.remote_cache = remote_url});
+      if (push->parsed()) {
+        const auto n = runtime.push_to_remote();
+        std::cout << fmt::format("pushed {} entries to {}\n", n, *runtime.remote_cache());
+      } else {
+        const auto n = runtime.pull_from_remote();
+        std::cout << fmt::format("pulled {} entries from {} into {}\n", n, *runtime.remote_cache(),
+                                 runtime.cache().path().string());
+      }
+      return 0;
     }
     kjit::Runtime runtime;
     if (stats->parsed()) {

@@ -29,6 +29,22 @@ class SqliteStore;
 } // namespace detail
 
 // Counters, either of one `Runtime` (this process) or of a store (all processes, persistent).
+// The fleet tier (Note [Remote tier] in cache/remote/remote_store.hpp), counted per process and
+// kept in the local store's statistics.
+struct RemoteStats {
+  std::uint64_t hits = 0;        // entries found on the remote (and written to the local store)
+  std::uint64_t misses = 0;      // not there
+  std::uint64_t errors = 0;      // failed operations (refused, connection lost, out of memory)
+  std::uint64_t timeouts = 0;    // operations that ran out of time
+  std::uint64_t bad_entries = 0; // truncated, wrong key, bad checksum or signature: deleted
+  std::uint64_t writes = 0;      // entries written
+  std::uint64_t dropped = 0;     // writes dropped (queue full, server down at exit)
+  std::uint64_t lock_waits = 0;  // lookups that waited for another host's compile
+  std::uint64_t bytes_read = 0;
+  std::uint64_t bytes_written = 0;
+  double saved_ms = 0; // compile time of the entries found there
+};
+
 struct CacheStats {
   std::uint64_t memory_hits = 0;   // kernels found in the process's memo
   std::uint64_t memory_misses = 0; // kernels not in the memo: looked up in the store
@@ -40,6 +56,7 @@ struct CacheStats {
   std::uint64_t evictions = 0;     // entries removed to keep the store under its size limit
   std::uint64_t entries = 0;       // entries in the store now (store statistics only)
   std::uint64_t size_bytes = 0;    // bytes of binaries in the store now (store statistics only)
+  RemoteStats remote;
 };
 
 // One entry of the store, without its binary.

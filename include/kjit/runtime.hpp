@@ -60,6 +60,12 @@ struct RuntimeOptions {
   // The driver version that enters cache keys when no driver is loaded (pre-warming for a fleet):
   // default the NVRTC's CUDA version (e.g. 13000). With a driver, its version is used.
   std::optional<int> driver_version;
+  // The fleet's shared cache under the local store, a redis:// URL
+  // (redis://[user[:password]@]host[:port][/db][?mode=ro&prefix=...&timeout_ms=...]): else
+  // `KJIT_REMOTE_CACHE`; an empty string turns it off. Entries are signed with the secret in
+  // `KJIT_REMOTE_CACHE_KEY_FILE` when set (unsigned ones are then refused). A remote that is down
+  // or slow costs at most its timeouts: kernels compile locally.
+  std::optional<std::string> remote_cache;
 };
 
 // Owns a cache, an in-process memo of compiled and loaded programs, and the lazily loaded driver.
@@ -101,6 +107,17 @@ public:
   Cache& cache() noexcept;
 
   const RuntimeOptions& options() const noexcept;
+
+  // The remote tier (RuntimeOptions::remote_cache) as a URL without its password, or nothing.
+  std::optional<std::string> remote_cache() const;
+  // Copies every entry of the local store to the remote tier (kjit cache push) / every entry of
+  // the remote tier into the local store (kjit cache pull). Return the number copied. Throw
+  // `CacheError` without a remote tier or local store, or when the remote cannot be reached.
+  std::uint64_t push_to_remote();
+  std::uint64_t pull_from_remote();
+  // Waits (at most the configured flush deadline, 2 s) for queued remote writes. The destructor
+  // does this too; a runtime that lives until exit (an embedding's) calls it at exit.
+  void flush_remote();
 
 private:
   struct Impl;

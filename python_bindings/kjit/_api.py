@@ -38,6 +38,10 @@ from ._versions import Range, Version
 # The public names are listed in kjit/__init__.py (__all__), which re-exports them.
 __version__ = _C.version()
 
+# Kernels compiled in this process reach the fleet's remote cache before it exits (Note
+# [Remote tier]); the runtime itself lives until the end of the process.
+atexit.register(_C.flush_remote)
+
 _lock = threading.Lock()
 _loaded: dict[str, types.ModuleType] = {}  # manifest path -> module
 _impl_libraries: list = []  # torch.library.Library objects kept alive
