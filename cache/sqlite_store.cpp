@@ -477,6 +477,34 @@ void add_remote(RemoteStats& to, const RemoteStats& from) {
 
 } // namespace
 
+std::optional<std::string> SqliteStore::meta(const std::string& name) const noexcept {
+  std::lock_guard lock(m_mutex);
+  try {
+    Statement get(m_db, "SELECT value FROM meta WHERE name = ?1");
+    get.bind(1, std::string_view(name));
+    if (get.step()) {
+      return get.column_text(0);
+    }
+  } catch (const SqliteFailure&) {
+  }
+  return std::nullopt;
+}
+
+void SqliteStore::set_meta(const std::string& name, const std::string& value) noexcept {
+  if (m_read_only) {
+    return;
+  }
+  std::lock_guard lock(m_mutex);
+  try {
+    Statement put(m_db, "INSERT INTO meta(name, value) VALUES(?1, ?2) "
+                        "ON CONFLICT(name) DO UPDATE SET value = excluded.value");
+    put.bind(1, std::string_view(name)).bind(2, std::string_view(value));
+    put.run();
+  } catch (const SqliteFailure&) {
+    // Bookkeeping only: the next process loads NVRTC to learn its version again.
+  }
+}
+
 void SqliteStore::count_remote(const RemoteStats& remote) noexcept {
   std::lock_guard lock(m_mutex);
   add_remote(m_pending.remote, remote);

@@ -89,6 +89,11 @@ public:
   // until held. An empty guard when the store cannot lock (read-only).
   LockGuard lock_key(std::uint64_t id) const;
 
+  // A value of the meta table (kjit's bookkeeping, e.g. Note [NVRTC identity]); nothing when
+  // absent or unreadable. `set_meta` writes one (not on a read-only store). Never throw.
+  std::optional<std::string> meta(const std::string& name) const noexcept;
+  void set_meta(const std::string& name, const std::string& value) noexcept;
+
   // Writes pending counters and hit metadata. Never throws.
   void flush() noexcept;
 

@@ -96,7 +96,14 @@ std::vector<Arch> nvrtc_supported_archs() {
 }
 
 Target target_for_device(Arch device_arch) {
-  const std::vector<int>& supported = detail::nvrtc_supported_arch_numbers();
+  return detail::target_for_device(device_arch, detail::nvrtc_supported_arch_numbers(),
+                                   {detail::nvrtc().version_major, detail::nvrtc().version_minor});
+}
+
+namespace detail {
+
+Target target_for_device(Arch device_arch, const std::vector<int>& supported,
+                         std::pair<int, int> nvrtc_version) {
   const int number = device_arch.number();
   if (std::find(supported.begin(), supported.end(), number) != supported.end()) {
     return Target{Arch{device_arch.major, device_arch.minor}, OutputKind::cubin};
@@ -111,11 +118,12 @@ Target target_for_device(Arch device_arch) {
   }
   if (best == 0) {
     throw Error(fmt::format("cannot compile for {}: NVRTC {}.{} supports sm_{} and newer only",
-                            device_arch.name(), detail::nvrtc().version_major,
-                            detail::nvrtc().version_minor,
+                            device_arch.name(), nvrtc_version.first, nvrtc_version.second,
                             supported.empty() ? 0 : supported.front()));
   }
   return Target{Arch{best / 10, best % 10}, OutputKind::ptx};
 }
+
+} // namespace detail
 
 } // namespace kjit

@@ -15,6 +15,11 @@ namespace kjit::detail {
 // `nvrtcGetSupportedArchs` of the loaded NVRTC, ascending (e.g. 75, 80, ..., 120).
 const std::vector<int>& nvrtc_supported_arch_numbers();
 
+// The target for a device of `device_arch` given an NVRTC's supported archs and version: its cubin,
+// or PTX of the newest arch below it for a device newer than NVRTC (kjit::target_for_device).
+Target target_for_device(Arch device_arch, const std::vector<int>& supported,
+                         std::pair<int, int> nvrtc_version);
+
 // The include dirs of CUDA's headers that NVRTC is given (cuda_fp16.h, cuda/std/...): those of
 // the root NVRTC was loaded from (Note [CUDA headers]).
 const std::vector<std::string>& toolkit_include_dirs();

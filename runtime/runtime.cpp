@@ -17,6 +17,9 @@
 
 #include <array>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <future>
 #include <map>
 #include <mutex>
@@ -148,6 +151,66 @@ struct Runtime::Impl {
   std::atomic<double> compile_ms{0};
   std::array<std::atomic<int>, k_max_devices> device_arch{}; // 0 = not asked yet
 
+  // What of NVRTC enters the key (Note [NVRTC identity]).
+  struct NvrtcIdentity {
+    int major = 0;
+    int minor = 0;
+    std::array<std::uint64_t, 2> headers{};
+    std::vector<int> archs; // nvrtcGetSupportedArchs
+  };
+  mutable std::once_flag identity_once;
+  mutable NvrtcIdentity identity_value;
+
+  const NvrtcIdentity& nvrtc_identity() const {
+    std::call_once(identity_once, [&] { identity_value = find_identity(); });
+    return identity_value;
+  }
+
+  NvrtcIdentity find_identity() const {
+    const auto loaded = [] {
+      const auto& api = detail::nvrtc(); // throws NvrtcError when there is none
+      return NvrtcIdentity{api.version_major, api.version_minor, api.headers_digest,
+                           detail::nvrtc_supported_arch_numbers()};
+    };
+    const auto& location = detail::nvrtc_location();
+    detail::SqliteStore* store = cache.store();
+    if (detail::nvrtc_loaded() || !location || store == nullptr) {
+      return loaded();
+    }
+    // "<major> <minor> <archs, comma-separated> <file size> <file mtime ns>"
+    const std::string name = "nvrtc:" + location->library;
+    if (auto value = store->meta(name)) {
+      NvrtcIdentity id;
+      char archs[512] = {};
+      unsigned long long size = 0;
+      long long mtime = 0;
+      if (std::sscanf(value->c_str(), "%d %d %511s %llu %lld", &id.major, &id.minor, archs, &size,
+                      &mtime) == 5 &&
+          size == location->size && mtime == location->mtime_ns && id.major >= 12) {
+        for (const char* p = archs; *p != '\0';) {
+          id.archs.push_back(std::atoi(p));
+          p = std::strchr(p, ',');
+          p = p == nullptr ? "" : p + 1;
+        }
+        id.headers = location->headers_digest;
+        return id;
+      }
+    }
+    NvrtcIdentity id = loaded();
+    if (detail::nvrtc_search().library == location->library && !id.archs.empty()) {
+      std::string archs;
+      for (int a : id.archs) {
+        if (!archs.empty()) {
+          archs += ',';
+        }
+        archs += std::to_string(a);
+      }
+      store->set_meta(name, fmt::format("{} {} {} {} {}", id.major, id.minor, archs, location->size,
+                                        location->mtime_ns));
+    }
+    return id;
+  }
+
   int driver_version() const {
     if (detail::driver_loaded()) {
       return detail::driver().version;
@@ -155,15 +218,14 @@ struct Runtime::Impl {
     if (options.driver_version) {
       return *options.driver_version;
     }
-    const auto& api = detail::nvrtc();
-    return api.version_major * 1000 + api.version_minor * 10;
+    const auto& id = nvrtc_identity();
+    return id.major * 1000 + id.minor * 10;
   }
 
   detail::Digest key(const Program& program, const Target& target) const {
-    const auto& api = detail::nvrtc();
-    return detail::cache_key(detail::KeyInputs{program.digest(), target, api.version_major,
-                                               api.version_minor, driver_version(),
-                                               api.headers_digest});
+    const auto& id = nvrtc_identity();
+    return detail::cache_key(detail::KeyInputs{program.digest(), target, id.major, id.minor,
+                                               driver_version(), id.headers});
   }
 
   std::shared_ptr<Compiled> obtain(const Program& program, const Target& target) {
@@ -393,7 +455,9 @@ struct Runtime::Impl {
         device_arch[device].store(number, std::memory_order_relaxed);
       }
     }
-    return target_for_device(Arch{number / 10, number % 10});
+    const auto& id = nvrtc_identity(); // no NVRTC loaded on a warm start
+    return detail::target_for_device(Arch{number / 10, number % 10}, id.archs,
+                                     {id.major, id.minor});
   }
 };
 

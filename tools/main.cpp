@@ -365,7 +365,8 @@ int run_info(bool as_json) {
                        {"name", info.name},
                        {"arch", info.arch.name()},
                        {"memory", info.total_memory},
-                       {"target", kjit::target_for_device(info.arch).name()}});
+                       {"target", nvrtc.found ? kjit::target_for_device(info.arch).name()
+                                              : std::string("? (no NVRTC)")}});
   }
   const auto search = kjit::package_search_path(builtin_package_dirs());
   json packages = json::array();

@@ -18,6 +18,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/stat.h>
 
 namespace kjit::detail {
 namespace {
@@ -112,6 +113,8 @@ std::vector<fs::path> site_packages_of(const fs::path& prefix) {
   return result;
 }
 
+const std::vector<fs::path>& loader_dirs();
+
 std::vector<Candidate> candidates(std::optional<std::string> explicit_library) {
   std::vector<Candidate> out;
   if (explicit_library) {
@@ -150,7 +153,9 @@ std::vector<Candidate> candidates(std::optional<std::string> explicit_library) {
     }
   }
   for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12"}) {
-    out.push_back({name, "the loader's path"});
+    for (const auto& folder : loader_dirs()) {
+      out.push_back({(folder / name).string(), "the loader's path"});
+    }
   }
   std::vector<std::pair<std::string, std::string>> homes;
   for (const char* variable : {"CUDA_HOME", "CUDA_PATH"}) {
@@ -193,6 +198,68 @@ void preload_builtins(const fs::path& dir, const std::string& nvrtc_name) {
           why != nullptr ? why : "?");
     }
   }
+}
+
+// The folders the loader searches, in its order: LD_LIBRARY_PATH, the folders of
+// /etc/ld.so.conf (what ldconfig's cache is made of) and the default ones. Resolved here, without
+// dlopen, so that NVRTC is located by stat calls alone (Note [NVRTC identity]).
+void read_ld_conf(const fs::path& file, std::vector<fs::path>& dirs, int depth) {
+  std::ifstream in(file);
+  std::string line;
+  while (depth < 4 && std::getline(in, line)) {
+    line = line.substr(0, line.find('#'));
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) {
+      line.pop_back();
+    }
+    const auto start = line.find_first_not_of(" \t");
+    if (start == std::string::npos) {
+      continue;
+    }
+    line = line.substr(start);
+    if (line.starts_with("include")) {
+      std::string pattern = line.substr(7);
+      pattern = pattern.substr(pattern.find_first_not_of(" \t"));
+      const fs::path glob(pattern);
+      std::vector<fs::path> files;
+      std::error_code ec;
+      for (fs::directory_iterator it(glob.parent_path(), ec); !ec && it != fs::directory_iterator();
+           it.increment(ec)) {
+        if (it->path().extension() == glob.extension()) {
+          files.push_back(it->path());
+        }
+      }
+      std::sort(files.begin(), files.end());
+      for (const auto& f : files) {
+        read_ld_conf(f, dirs, depth + 1);
+      }
+    } else if (line.front() == '/') {
+      dirs.emplace_back(line);
+    }
+  }
+}
+
+const std::vector<fs::path>& loader_dirs() {
+  static const std::vector<fs::path> dirs = [] {
+    std::vector<fs::path> result;
+    if (auto path = getenv_nonempty("LD_LIBRARY_PATH")) {
+      std::string_view rest = *path;
+      while (!rest.empty()) {
+        const auto colon = rest.find(':');
+        const auto dir = rest.substr(0, colon);
+        if (!dir.empty()) {
+          result.emplace_back(std::string(dir));
+        }
+        rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+      }
+    }
+    read_ld_conf("/etc/ld.so.conf", result, 0);
+    for (const char* dir : {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64",
+                            "/usr/lib64", "/lib", "/usr/lib"}) {
+      result.emplace_back(dir);
+    }
+    return result;
+  }();
+  return dirs;
 }
 
 // The path the loader chose for `handle`.
@@ -290,8 +357,14 @@ Loaded load_nvrtc() {
   return result;
 }
 
+std::atomic<bool> g_loaded{false};
+
 const Loaded& loaded() {
-  static const Loaded result = load_nvrtc();
+  static const Loaded result = [] {
+    Loaded r = load_nvrtc();
+    g_loaded.store(!r.error.has_value(), std::memory_order_release);
+    return r;
+  }();
   return result;
 }
 
@@ -308,6 +381,35 @@ const NvrtcApi& nvrtc() {
     throw *result.error;
   }
   return result.table;
+}
+
+bool nvrtc_loaded() noexcept {
+  return g_override.load(std::memory_order_acquire) != nullptr ||
+         g_loaded.load(std::memory_order_acquire) || !mapped_nvrtc().empty();
+}
+
+const std::optional<NvrtcLocation>& nvrtc_location() {
+  static const std::optional<NvrtcLocation> location = []() -> std::optional<NvrtcLocation> {
+    const auto explicit_library = getenv_nonempty("KJIT_NVRTC_LIBRARY");
+    for (const auto& candidate :
+         candidates(explicit_library ? std::optional<std::string>(std::string(*explicit_library))
+                                     : std::nullopt)) {
+      struct stat st {};
+      if (::stat(candidate.file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        continue;
+      }
+      NvrtcLocation l;
+      l.library = real_path(candidate.file);
+      l.how = candidate.how;
+      l.size = static_cast<std::uint64_t>(st.st_size);
+      l.mtime_ns = std::int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+      l.include_dirs = cuda_include_dirs_for(l.library);
+      l.headers_digest = cuda_headers_digest(l.include_dirs);
+      return l;
+    }
+    return std::nullopt;
+  }();
+  return location;
 }
 
 const NvrtcSearch& nvrtc_search() {

@@ -24,6 +24,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,25 @@ struct NvrtcApi {
 // The NVRTC table, finding and loading NVRTC on first use (thread-safe). Throws `NvrtcError`
 // when none is found; later calls throw the same error again without searching again.
 const NvrtcApi& nvrtc();
+
+// Note [NVRTC identity]: a cache key holds NVRTC's version, and loading NVRTC (a 100 MB library)
+// takes about 7 ms, more than a whole warm first use. So a lookup does not load it: the library
+// file is located by stat calls alone (`nvrtc_location`), and its version is remembered in the
+// store, keyed by the file's path, size and modification time (Runtime). NVRTC is loaded when a
+// kernel is compiled, or once per new NVRTC file to learn its version.
+struct NvrtcLocation {
+  std::string library; // real path
+  std::string how;
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+  std::vector<std::string> include_dirs;
+  std::array<std::uint64_t, 2> headers_digest{};
+};
+// The NVRTC file the search would load first, found without loading anything; nothing when no
+// candidate exists. Memoized.
+const std::optional<NvrtcLocation>& nvrtc_location();
+// Whether `nvrtc()` is cheap now: loaded, overridden, or already mapped into the process.
+bool nvrtc_loaded() noexcept;
 
 // Where NVRTC was found and why, or why not: what `kjit info` reports. Never throws; searches
 // (and loads) on first call, as `nvrtc()` does.

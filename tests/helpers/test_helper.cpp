@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -38,6 +39,14 @@ int run(int argc, char** argv) {
       runtime.compile(kjit::Program::from_file(argv[3]), kjit::Target{kjit::Arch::parse(argv[4])});
     std::cout << "key=" << binary.key << "\nsize=" << binary.data.size() << "\n";
     print_stats(runtime.stats());
+    // Whether this process loaded NVRTC (Note [NVRTC identity]: not for a store hit).
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    bool mapped = false;
+    while (std::getline(maps, line)) {
+      mapped = mapped || line.find("/libnvrtc.so") != std::string::npos;
+    }
+    std::cout << "nvrtc_mapped=" << mapped << "\n";
     return 0;
   }
   if (command == "compile-many" && argc >= 7) {

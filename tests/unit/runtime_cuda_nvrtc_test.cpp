@@ -129,3 +129,34 @@ TEST_CASE("an NVRTC older than 12.8 (no PCH entry point) is never asked for -pch
   CHECK_FALSE(result.pch_created);
   CHECK(std::find(g_seen_options.begin(), g_seen_options.end(), "-pch") == g_seen_options.end());
 }
+
+TEST_CASE("a store hit in a new process does not load NVRTC; a new NVRTC file does", "[nvrtc]") {
+  kjit::test::TempDir dir;
+  const auto source = (dir.path() / "k.cu").string();
+  kjit::test::write_text(source, "extern \"C\" __global__ void k(int* x) { *x = 7; }\n");
+  const auto cache = (dir.path() / "cache").string();
+  auto run = [&](const std::vector<std::string>& env = {}) {
+    return kjit::test::run_process({kjit::test::helper_path(), "compile", cache, source, "sm_90"},
+                                   env);
+  };
+  const auto first = run();
+  REQUIRE(first.exit_code == 0);
+  CHECK(first.values.at("compiles") == "1");
+  CHECK(first.values.at("nvrtc_mapped") == "1");
+  const auto second = run();
+  REQUIRE(second.exit_code == 0);
+  CHECK(second.values.at("store_hits") == "1");
+  CHECK(second.values.at("key") == first.values.at("key"));
+  CHECK(second.values.at("nvrtc_mapped") == "0"); // its version came from the store
+  // Another NVRTC file (a copy elsewhere): not remembered, so it is loaded once.
+  const auto info = kjit::nvrtc_info();
+  const auto copy = dir.path() / "nvrtc-copy" / fs::path(info.library).filename();
+  fs::create_directories(copy.parent_path());
+  fs::copy_file(info.library, copy);
+  const auto third = run({"KJIT_NVRTC_LIBRARY=" + copy.string()});
+  REQUIRE(third.exit_code == 0);
+  CHECK(third.values.at("nvrtc_mapped") == "1"); // a file it has not seen: loaded once
+  // No CUDA headers beside the copy: another header identity, so another key (Note [CUDA headers]).
+  CHECK(third.values.at("compiles") == "1");
+  CHECK(third.values.at("key") != first.values.at("key"));
+}
