@@ -65,19 +65,7 @@ def fetch(url: str, version: str | None = None) -> Path:
 
 
 def _locate(name_or_path, version: str | None) -> _packages.Candidate:
-    text = str(name_or_path)
-    if _packages.is_url(text):
-        return _packages.fetch(text, version)
-    path = Path(name_or_path)
-    if path.name == "kernel.toml" and path.is_file():
-        path = path.parent
-    if (path / "kernel.toml").is_file():
-        name, text = _C.package_identity(path)  # the manifest's mistakes as ManifestError
-        found = Version.parse(text)
-        if version and not Range.parse(version).matches(found):
-            raise PackageNotFoundError(f"'{path}' holds {name} {found}, which does not match '{version}'")
-        return _packages.Candidate(name, found, path, "path")
-    return _packages.resolve(text, version)
+    return _packages.locate(name_or_path, version)
 
 
 def _package_module(info: dict, source: bytes | None) -> types.ModuleType | None:

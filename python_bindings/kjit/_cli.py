@@ -47,8 +47,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run_python(argv: list[str]) -> int:
     args = _parser().parse_args(argv)  # exits 2 on usage errors
-    import kjit
-    from kjit import _packages
+    from kjit import _packages  # not torch (Note [Lazy kjit]): these commands never need it
 
     if args.command == "fetch":
         candidate = _packages.fetch(args.url, args.version)
@@ -65,7 +64,7 @@ def _run_python(argv: list[str]) -> int:
         out = _packages.bundle(Path(args.out), args.arch, lock_path, executable())
         print(f"bundled {len(_packages.read_lock(out / 'kjit.lock')['packages'])} package(s) into {out}")
     elif args.command == "wheel":
-        package = kjit._locate(args.package, None).path
+        package = _packages.locate(args.package, None).path
         store = None
         if args.arch:
             import subprocess
@@ -80,14 +79,13 @@ def _run_python(argv: list[str]) -> int:
         wheel = _packages.build_wheel(package, Path(args.out), store)
         print(f"wrote {wheel}")
     elif args.command == "versions":
-        found = kjit.versions(args.name)
-        if not found:
+        if not _packages.candidates(args.name):
             print(f"kjit: no kernel package '{args.name}' is installed", file=sys.stderr)
             return 1
         for candidate in sorted(_packages.candidates(args.name), key=lambda c: c.version):
             print(f"{candidate.version}  {candidate.path}")
     elif args.command == "info":
-        candidate = kjit._locate(args.name, args.version)
+        candidate = _packages.locate(args.name, args.version)
         manifest = _packages.read_manifest(candidate.path)
         hashes = _packages.file_hashes(candidate.path)
         report = {

@@ -77,9 +77,7 @@ def package_store() -> Path:
 
 
 def installed_kernels() -> Path:
-    from . import _C
-
-    return Path(_C.__file__).resolve().parent / "kernels"
+    return Path(__file__).resolve().parent / "kernels"
 
 
 def user_roots() -> list[Path]:
@@ -571,3 +569,23 @@ def build_wheel(package: Path, out_dir: Path, store: Path | None = None) -> Path
     finally:
         partial.unlink(missing_ok=True)
     return wheel
+
+
+def locate(name_or_path, version: str | None) -> Candidate:
+    """The package a name, folder, manifest path or git URL names (fetching a URL). Needs the
+    extension (the manifest is read by the C++ parser) but not torch."""
+    text = str(name_or_path)
+    if is_url(text):
+        return fetch(text, version)
+    path = Path(name_or_path)
+    if path.name == "kernel.toml" and path.is_file():
+        path = path.parent
+    if (path / "kernel.toml").is_file():
+        from . import _C
+
+        name, found_text = _C.package_identity(path)  # the manifest's mistakes as ManifestError
+        found = Version.parse(found_text)
+        if version and not Range.parse(version).matches(found):
+            raise PackageNotFoundError(f"'{path}' holds {name} {found}, which does not match '{version}'")
+        return Candidate(name, found, path, "path")
+    return resolve(text, version)

@@ -216,7 +216,7 @@ def test_full_disk_under_the_store_and_tmp_compiles_everything_with_one_warning(
     assert len(warnings) == 1 and "disk is full" in warnings[0], result.stderr
 
 
-def test_cpp_subcommands_never_import_torch_or_the_extension(tmp_path):
+def test_subcommands_import_torch_only_when_they_need_it(tmp_path):
     """Note [Lazy kjit]: `kjit cache stats` & co. are the C++ tool behind a few lines of Python;
     `import kjit` alone imports neither torch nor kjit._C."""
     env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path))
@@ -227,5 +227,13 @@ def test_cpp_subcommands_never_import_torch_or_the_extension(tmp_path):
         imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if "|" in line}
         assert "kjit._cli" in imported
         assert not {"torch", "kjit._C", "kjit._api"} & imported, sorted(imported)
+    # The Python subcommands that need no tensors import no torch either.
+    for argv in (["versions", "img2gray"], ["info", "img2gray"], ["info", "img2gray", "--json"]):
+        result = subprocess.run([sys.executable, "-X", "importtime", "-m", "kjit", *argv],
+                                capture_output=True, text=True, env=env, timeout=60)
+        assert result.returncode == 0, result.stderr
+        imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+        assert "kjit._trust" in imported  # through kjit._packages
+        assert not {"torch", "kjit._api"} & imported, sorted(imported)
     probe = "import sys, kjit; assert not {'torch', 'kjit._C'} & set(sys.modules); kjit.load; assert 'torch' in sys.modules"
     subprocess.run([sys.executable, "-c", probe], check=True, env=env, timeout=120)
