@@ -1,3 +1,5 @@
+// The SQLite store. Over 600 lines: opening (with recovery), reads, writes, statistics and the
+// management commands share its prepared statements and its one mutex.
 #include "cache/sqlite_store.hpp"
 
 #include <kjit/error.hpp>

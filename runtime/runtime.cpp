@@ -1,3 +1,5 @@
+// Runtime::Impl: the memo, single-flight compiles and the store tiers (local, read-only, remote)
+// behind `Runtime::kernel`. Over 600 lines: they share one Impl and its per-process counters.
 #include <kjit/error.hpp>
 #include <kjit/runtime.hpp>
 

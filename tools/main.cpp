@@ -1,12 +1,13 @@
 // The kjit command: pre-warm kernel caches and manage them. A thin shell over the library.
 //
-//   kjit warm [PACKAGE|PATH ...] [--arch sm_80,sm_90] [--driver-version V] [-j N]
-//   kjit cache stats|ls|verify [--fix]|prune|clear|export FILE|import FILE [--json]
+//   kjit warm [PACKAGE|PATH ...] [--arch sm_80,sm_90] [--driver-version V] [-j N] [--remote URL]
+//   kjit cache stats|ls|verify [--fix]|prune|clear|export FILE|import FILE|push|pull [--json]
 //   kjit info [--json]
 //   kjit compile FILE --arch sm_90 [-o OUT] [--ptx] [--option OPT ...]
 //   kjit new NAME [DIR]
 //
-// Exit codes: 0 success, 1 the work failed, 2 usage errors.
+// Exit codes: 0 success, 1 the work failed, 2 usage errors. Over 600 lines: one file per command
+// would hold a screen each; they share the option parsing and the JSON/text printers.
 #include <kjit/kjit.hpp>
 
 #include <CLI/CLI.hpp>
