@@ -268,9 +268,20 @@ struct Runtime::Impl {
   std::shared_ptr<Compiled> from_store(const detail::StoredBinary& stored, const Target& target,
                                        const std::string& key_hex) {
     store_hits.fetch_add(1, std::memory_order_relaxed);
+    return compiled_from(std::move(stored), target, key_hex);
+  }
+
+  // A binary found in a store (local, read-only or remote).
+  static std::shared_ptr<Compiled> compiled_from(detail::StoredBinary stored, const Target& target,
+                                                 const std::string& key_hex) {
     auto compiled = std::make_shared<Compiled>();
-    compiled->binary = Binary{
-      target, stored.blob, stored.lowered_names, stored.log, stored.compile_ms, key_hex, true};
+    compiled->binary = Binary{target,
+                              std::move(stored.blob),
+                              std::move(stored.lowered_names),
+                              std::move(stored.log),
+                              stored.compile_ms,
+                              key_hex,
+                              true};
     return compiled;
   }
 
@@ -359,11 +370,7 @@ struct Runtime::Impl {
     }
     detail::log(LogLevel::debug, "'{}' for {} from the remote cache", program.name(),
                 target.name());
-    auto compiled = std::make_shared<Compiled>();
-    compiled->binary = Binary{target,     std::move(stored.blob), stored.lowered_names,
-                              stored.log, stored.compile_ms,      key_hex,
-                              true};
-    return compiled;
+    return compiled_from(std::move(stored), target, key_hex);
   }
 
   std::shared_ptr<Compiled> compile(const Program& program, const Target& target,

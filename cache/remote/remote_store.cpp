@@ -61,11 +61,6 @@ timeval to_timeval(milliseconds ms) {
                  static_cast<suseconds_t>((ms.count() % 1000) * 1000)};
 }
 
-struct ReplyDeleter {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
-};
-using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
-
 // Deletes a lock only if this holder still has it (not one taken after its TTL expired).
 constexpr std::string_view k_compare_and_delete =
   "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
@@ -186,6 +181,23 @@ private:
 
 // ---- the store -------------------------------------------------------------------------------
 
+void RemoteStore::ReplyDeleter::operator()(redisReply* reply) const {
+  freeReplyObject(reply);
+}
+
+RemoteStore::Reply RemoteStore::call(Connection& connection,
+                                     const std::vector<std::string_view>& argv) {
+  std::string why;
+  bool timeout = false;
+  Reply reply = connection.run(argv, why, timeout);
+  if (reply) {
+    succeeded();
+  } else {
+    failed(why, timeout);
+  }
+  return reply;
+}
+
 RemoteStore::RemoteStore(RemoteConfig config)
   : m_config(std::move(config)), m_display(m_config.display()),
     m_reader(std::make_unique<Connection>(m_config)) {}
@@ -269,15 +281,11 @@ void RemoteStore::failed(const std::string& why, bool timeout) {
 
 RemoteStore::Result RemoteStore::read(Connection& connection, const std::string& key,
                                       StoredBinary& out) {
-  std::string why;
-  bool timeout = false;
   const std::string name = entry_key(key);
-  Reply reply = connection.run({"GET", name}, why, timeout);
+  Reply reply = call(connection, {"GET", name});
   if (!reply) {
-    failed(why, timeout);
     return Result::unavailable;
   }
-  succeeded();
   if (reply->type == REDIS_REPLY_NIL) {
     return Result::miss;
   }
@@ -295,7 +303,7 @@ RemoteStore::Result RemoteStore::read(Connection& connection, const std::string&
       ++m_stats.bad_entries;
     }
     if (!m_config.read_only) {
-      connection.run({"DEL", name}, why, timeout);
+      call(connection, {"DEL", name});
     }
     return Result::miss;
   }
@@ -325,15 +333,11 @@ RemoteStore::Lock RemoteStore::lock(const std::string& key, std::string& token) 
   }
   token = random_token();
   const std::string ttl = std::to_string(m_config.lock_ttl.count());
-  std::string why;
-  bool timeout = false;
   std::lock_guard lock(m_mutex);
-  Reply reply = m_reader->run({"SET", lock_key(key), token, "NX", "PX", ttl}, why, timeout);
+  Reply reply = call(*m_reader, {"SET", lock_key(key), token, "NX", "PX", ttl});
   if (!reply) {
-    failed(why, timeout);
     return Lock::unavailable;
   }
-  succeeded();
   if (reply->type == REDIS_REPLY_STATUS) {
     return Lock::acquired;
   }
@@ -364,11 +368,8 @@ RemoteStore::Result RemoteStore::wait_for(const std::string& key, StoredBinary& 
       return result;
     }
     // The holder died (its lock expired) or gave up: stop waiting, compile here.
-    std::string why;
-    bool timeout = false;
-    Reply held = m_reader->run({"EXISTS", lock_key(key)}, why, timeout);
+    Reply held = call(*m_reader, {"EXISTS", lock_key(key)});
     if (!held) {
-      failed(why, timeout);
       return Result::unavailable;
     }
     if (held->type == REDIS_REPLY_INTEGER && held->integer == 0) {
@@ -382,12 +383,9 @@ void RemoteStore::unlock(const std::string& key, const std::string& token) {
   if (token.empty() || !allow()) {
     return;
   }
-  std::string why;
-  bool timeout = false;
   std::lock_guard lock(m_mutex);
-  if (!m_reader->run({"EVAL", k_compare_and_delete, "1", lock_key(key), token}, why, timeout)) {
-    failed(why, timeout); // the TTL frees it
-  }
+  call(*m_reader,
+       {"EVAL", k_compare_and_delete, "1", lock_key(key), token}); // else the TTL frees it
 }
 
 void RemoteStore::put(const std::string& key, const StoredBinary& value, std::string token) {
@@ -413,15 +411,11 @@ bool RemoteStore::put_now(const std::string& key, const StoredBinary& value) {
     return false;
   }
   const std::string blob = encode_remote_blob(key, value, m_config.secret);
-  std::string why;
-  bool timeout = false;
   std::lock_guard lock(m_mutex);
-  Reply reply = m_reader->run({"SET", entry_key(key), blob}, why, timeout);
+  Reply reply = call(*m_reader, {"SET", entry_key(key), blob});
   if (!reply) {
-    failed(why, timeout);
     return false;
   }
-  succeeded();
   std::lock_guard stats(m_stats_mutex);
   if (reply->type == REDIS_REPLY_ERROR) {
     ++m_stats.errors;
@@ -446,13 +440,8 @@ void RemoteStore::writer_loop() {
     lock.unlock();
     bool written = false;
     if (allow()) {
-      std::string why;
-      bool timeout = false;
-      Reply reply = connection.run({"SET", entry_key(write.key), write.blob}, why, timeout);
-      if (!reply) {
-        failed(why, timeout);
-      } else {
-        succeeded();
+      Reply reply = call(connection, {"SET", entry_key(write.key), write.blob});
+      if (reply) {
         if (reply->type == REDIS_REPLY_ERROR) {
           if (!m_warned_write.exchange(true)) {
             log(LogLevel::warning, "remote cache {} refused a write ({}): entries stay local",
@@ -468,8 +457,7 @@ void RemoteStore::writer_loop() {
         }
       }
       if (!write.token.empty() && reply) {
-        connection.run({"EVAL", k_compare_and_delete, "1", lock_key(write.key), write.token}, why,
-                       timeout);
+        call(connection, {"EVAL", k_compare_and_delete, "1", lock_key(write.key), write.token});
       }
     }
     if (!written) {
@@ -498,22 +486,20 @@ std::vector<std::string> RemoteStore::keys() {
   std::string cursor = "0";
   std::lock_guard lock(m_mutex);
   do {
-    std::string why;
-    bool timeout = false;
-    Reply reply = m_reader->run({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}, why, timeout);
+    Reply reply = call(*m_reader, {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
     if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
-      if (!reply) {
-        failed(why, timeout);
-      }
       throw CacheError(fmt::format("cannot list the remote cache {}: {}", m_display,
-                                   reply ? "unexpected SCAN reply" : why));
+                                   reply ? "unexpected SCAN reply" : "unreachable (see above)"));
     }
     cursor.assign(reply->element[0]->str, reply->element[0]->len);
     const redisReply* names = reply->element[1];
     for (std::size_t i = 0; i < names->elements; ++i) {
       std::string name(names->element[i]->str, names->element[i]->len);
-      if (!name.starts_with(lock_prefix) && name.size() > prefix_size) {
-        result.push_back(name.substr(prefix_size));
+      // Only names that are cache keys (32 hex digits): the server is not trusted.
+      const std::string key = name.size() > prefix_size ? name.substr(prefix_size) : "";
+      if (!name.starts_with(lock_prefix) && key.size() == 32 &&
+          key.find_first_not_of("0123456789abcdef") == std::string::npos) {
+        result.push_back(key);
       }
     }
   } while (cursor != "0");

@@ -25,10 +25,12 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 struct redisContext;
+struct redisReply;
 
 namespace kjit::detail {
 
@@ -89,6 +91,10 @@ public:
 
 private:
   class Connection;
+  struct ReplyDeleter {
+    void operator()(redisReply* reply) const;
+  };
+  using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
   struct Write {
     std::string key;
     std::string blob;
@@ -102,6 +108,8 @@ private:
   std::string lock_key(const std::string& key) const;
   void writer_loop();
   Result read(Connection& connection, const std::string& key, StoredBinary& out);
+  // Runs one command and tells the breaker how the connection did: nullptr when it failed.
+  Reply call(Connection& connection, const std::vector<std::string_view>& argv);
 
   RemoteConfig m_config;
   std::string m_display;

@@ -64,10 +64,6 @@ def fetch(url: str, version: str | None = None) -> Path:
     return _packages.fetch(url, version).path
 
 
-def _locate(name_or_path, version: str | None) -> _packages.Candidate:
-    return _packages.locate(name_or_path, version)
-
-
 def _package_module(info: dict, source: bytes | None) -> types.ModuleType | None:
     """The package's `__init__.py` run from `source` (read once, or the verified bytes of a
     lock): never through the import system, so no bytecode cache is read or written and the
@@ -101,7 +97,7 @@ def load(name_or_path: str | os.PathLike, version: str | None = None, trust: boo
     `trust` is true (see the trust policy in kjit._trust): a package fetched from a source that is
     not listed as trusted gets ops whose CPU kernel raises TrustError.
     """
-    candidate = _locate(name_or_path, version)
+    candidate = _packages.locate(name_or_path, version)
     trusted = trust or candidate.trusted
     return _register(candidate.path, _packages.namespace_for(candidate.name, candidate.version), trusted)
 
