@@ -304,6 +304,9 @@ def test_push_pull_and_stats(redis, package, tmp_path):
     pushed = subprocess.run([sys.executable, "-m", "kjit", "cache", "push"], env=env, capture_output=True, text=True)
     assert pushed.returncode == 0 and f"pushed {KERNELS} entries" in pushed.stdout, pushed.stderr
     env["KJIT_CACHE_DIR"] = str(tmp_path / "b")
+    good = redis.cmd("GET", redis.entries()[0])
+    redis.cmd("SET", "kjit:v1:../../x", good)  # names that are no cache key are not pulled
+    redis.cmd("SET", "kjit:v1:" + "0" * 32, b"garbage")  # a key name with a bad entry: refused
     pulled = subprocess.run([sys.executable, "-m", "kjit", "cache", "pull"], env=env, capture_output=True, text=True)
     assert pulled.returncode == 0 and f"pulled {KERNELS} entries" in pulled.stdout, pulled.stderr
     assert local_keys(tmp_path / "b") == local_keys(tmp_path / "a")
