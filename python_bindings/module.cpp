@@ -2,7 +2,8 @@
 // through torch.ops, and RawKernel takes data pointers, so the module links no torch_python.
 #include <kjit/kjit.hpp>
 
-#include "torch_ops.hpp"
+#include "spec_export.hpp"
+#include "torch/ops.hpp"
 
 #include "runtime/cuda/nvrtc.hpp"
 
@@ -82,16 +83,18 @@ py::dict stats_dict(const kjit::CacheStats& s) {
   return d;
 }
 
-// Loads the package at `path`, registers its ops and describes them.
-// `ns` is the op namespace (the package's name unless given).
+// A loaded package, for registering its ops' CUDA kernels once Python has defined the schemas.
+struct PackageHandle {
+  kjit::Package package;
+};
+
+// Loads the package at `path` and describes it and its ops (with every expression, for the
+// Python half of the torch layer). `ns` is the op namespace (the package's name unless given).
+// Registers nothing.
 py::dict load_package(const std::filesystem::path& path, std::optional<std::string> ns) {
   kjit::Package package = kjit::Package::load(path);
+  kjit::torch_layer::check_package(package);
   const std::string op_namespace = ns.value_or(package.name());
-  std::vector<std::pair<std::string, std::string>> hidden;
-  {
-    py::gil_scoped_release release; // registration takes the dispatcher's locks
-    hidden = kjit::torch_layer::register_package(package, op_namespace);
-  }
   py::dict info;
   info["name"] = package.name();
   info["namespace"] = op_namespace;
@@ -100,13 +103,13 @@ py::dict load_package(const std::filesystem::path& path, std::optional<std::stri
   info["dir"] = package.dir().string();
   info["manifest"] = package.manifest().string();
   py::list ops;
-  for (const auto& op : package.ops()) {
-    py::dict o;
+  for (std::size_t i = 0; i < package.ops().size(); ++i) {
+    const auto& op = package.ops()[i];
+    py::dict o = kjit::python::export_op(*package.op_specs()[i]);
     o["name"] = op.name;
     o["schema"] = op.schema;
     o["doc"] = op.doc;
     o["cpu"] = op.cpu;
-    o["hidden_cpu_op"] = op.cpu.empty() ? std::string() : "kjit_cpu_" + op.name;
     ops.append(o);
   }
   info["ops"] = ops;
@@ -115,6 +118,7 @@ py::dict load_package(const std::filesystem::path& path, std::optional<std::stri
     warm.append(py::make_tuple(item.op, item.kernel));
   }
   info["warm"] = warm;
+  info["handle"] = PackageHandle{std::move(package)};
   return info;
 }
 
@@ -277,7 +281,22 @@ PYBIND11_MODULE(_C, m) {
     d["error"] = info.error;
     return d;
   });
+  py::class_<PackageHandle>(m, "PackageHandle");
+  m.def("_evaluate_expr", &kjit::python::evaluate_expr, py::arg("text"), py::arg("names"),
+        py::arg("values"), "Tests only: an int expression exported and evaluated in C++.");
   m.def("load_package", &load_package, py::arg("path"), py::arg("namespace") = py::none());
+  m.def("attach_torch", &kjit::torch_layer::attach, py::arg("libtorch_cpu"),
+        py::arg("libtorch_cuda"),
+        "Resolves torch's stable C ABI from the libraries `import torch` loaded (Note [Stable ABI "
+        "table]).");
+  m.def(
+    "register_cuda",
+    [](const PackageHandle& handle, const std::string& ns) {
+      py::gil_scoped_release release; // registration takes the dispatcher's locks
+      kjit::torch_layer::register_cuda(handle.package, ns);
+    },
+    py::arg("package"), py::arg("namespace"),
+    "Registers the CUDA kernels of the package's ops (their schemas defined).");
   m.def(
     "package_identity",
     [](const std::filesystem::path& path) {

@@ -14,9 +14,10 @@ from typing import Iterable, Sequence
 
 import torch
 
-from . import _C
+from . import _C, _torch_layer
 
 # NVRTC is looked for in every site-packages of this interpreter (Note [Finding NVRTC]).
+_torch_layer.attach()
 _C.set_python_paths([p for p in sys.path if p])
 from . import _packages
 from ._errors import (
@@ -44,7 +45,6 @@ atexit.register(_C.flush_remote)
 
 _lock = threading.Lock()
 _loaded: dict[str, types.ModuleType] = {}  # manifest path -> module
-_impl_libraries: list = []  # torch.library.Library objects kept alive
 
 
 def search_path() -> list[Path]:
@@ -155,28 +155,27 @@ def _register(
         if (path / "kernels.sqlite").is_file():  # a wheel's pre-warmed store, for its own kernels
             _C.add_read_only_cache(path / "kernels.sqlite", info["namespace"])
         cpu_ops = [op for op in info["ops"] if op["cpu"]]
-        if cpu_ops:
-            library = torch.library.Library(namespace, "IMPL")
-            if trusted:
-                python = _package_module(info, None)
-                if python is None:
-                    raise ManifestError(
-                        f"{info['manifest']}: op.{cpu_ops[0]['name']}.cpu: names "
-                        f"'{cpu_ops[0]['cpu']}' but the package has no __init__.py"
-                    )
-            for op in cpu_ops:
-                if not trusted:
-                    why = f"package '{info['name']}' from '{origin or path}' is not from a trusted source"
-                    library.impl(op["hidden_cpu_op"], untrusted_cpu_kernel(namespace, op["name"], why), "CPU")
-                    continue
-                function = getattr(python, op["cpu"], None)
-                if function is None:
-                    raise ManifestError(
-                        f"{info['manifest']}: op.{op['name']}.cpu: the package's __init__.py "
-                        f"has no function '{op['cpu']}'"
-                    )
-                library.impl(op["hidden_cpu_op"], function, "CPU")
-            _impl_libraries.append(library)
+        functions = {}
+        if cpu_ops and trusted:
+            python = _package_module(info, None)
+            if python is None:
+                raise ManifestError(
+                    f"{info['manifest']}: op.{cpu_ops[0]['name']}.cpu: names "
+                    f"'{cpu_ops[0]['cpu']}' but the package has no __init__.py"
+                )
+        for op in cpu_ops:
+            if not trusted:
+                why = f"package '{info['name']}' from '{origin or path}' is not from a trusted source"
+                functions[op["name"]] = untrusted_cpu_kernel(namespace, op["name"], why)
+                continue
+            function = getattr(python, op["cpu"], None)
+            if function is None:
+                raise ManifestError(
+                    f"{info['manifest']}: op.{op['name']}.cpu: the package's __init__.py "
+                    f"has no function '{op['cpu']}'"
+                )
+            functions[op["name"]] = function
+        _torch_layer.register(info, functions)
 
         module = types.ModuleType(namespace)
         lines = [f"kjit package {namespace} {info['version']}: {info['description']}", ""]

@@ -7,4 +7,16 @@ os.environ.setdefault("KJIT_CACHE_DIR", tempfile.mkdtemp(prefix="kjit-pytest-cac
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+import kjit  # noqa: E402
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture(scope="module")
+def img2gray():
+    return kjit.load("img2gray")
+
+
+@pytest.fixture(scope="module")
+def activation():
+    return kjit.load("activation")

@@ -1,5 +1,7 @@
 """Every bad input gets a typed error whose message names the problem."""
 
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -8,15 +10,6 @@ import torch
 import kjit
 from conftest import cuda
 
-
-@pytest.fixture(scope="module")
-def img2gray():
-    return kjit.load("img2gray")
-
-
-@pytest.fixture(scope="module")
-def activation():
-    return kjit.load("activation")
 
 
 @pytest.mark.parametrize(
@@ -60,11 +53,25 @@ def test_zero_size_inputs_give_empty_results(img2gray, activation):
 
 
 def test_backward_through_an_op_is_an_error(activation):
+    # A clean interpreter: pytest replaces the process's warning filters during a test, and kjit
+    # makes torch's autograd-fallback warning for its ops an error through one (Note [Op
+    # registration]).
+    script = """
+import kjit, torch
+activation = kjit.load("activation")
+x = torch.randn(2, 8, requires_grad=True)
+out = activation.silu_and_mul(x)
+assert out.requires_grad
+try:
+    out.sum().backward()
+    print("no error")
+except UserWarning as e:
+    print("refused:", e)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "refused: activation::silu_and_mul: an autograd kernel was not registered" in result.stdout, result.stdout
     x = torch.randn(2, 8, requires_grad=True)
-    out = activation.silu_and_mul(x)
-    assert out.requires_grad and "NotImplemented" in type(out.grad_fn).__name__
-    with pytest.raises(RuntimeError, match="derivative for activation::silu_and_mul is not implemented"):
-        out.sum().backward()
     # No history where no grad is asked for.
     with torch.no_grad():
         assert not activation.silu_and_mul(x).requires_grad

@@ -1,0 +1,37 @@
+// Kernel-package ops as torch ops: the CUDA path, on torch's stable ABI (Note [Stable ABI table]).
+//
+// Note [Op registration]: a package's schemas are defined from Python (torch.library, with the
+// pt2_compliant tag), which also registers the fake kernels (symbolic shapes, from the manifest's
+// parsed expressions), the CPU implementations and, where the manifest names one, the backward.
+// The CUDA kernel of every op is registered here, as a boxed stable-ABI kernel: checks, outputs,
+// specialization, launch on torch's current stream under a device guard, with no Python on the
+// path. A stable boxed kernel is a bare function pointer that learns nothing of the op it serves,
+// so each op gets one of a fixed pool of trampolines (`k_max_ops`), each reading its own slot.
+// Ops without a backward have torch's autograd fallback (no per-call cost; a Python autograd
+// kernel costs ~5 us a call); kjit turns the fallback's warning on backward into an error
+// (kjit/_torch_layer.py), so such a backward fails naming the op.
+#pragma once
+
+#include <kjit/package.hpp>
+#include <kjit/runtime.hpp>
+
+#include <string>
+
+namespace kjit::torch_layer {
+
+// Resolves torch's stable C ABI (Note [Stable ABI table]): `libtorch_cpu` must be loaded (by
+// `import torch`); `libtorch_cuda` may be absent (a CPU-only torch). Throws kjit::Error.
+void attach(const std::string& libtorch_cpu, const std::string& libtorch_cuda);
+
+// The runtime the torch layer compiles with (default options, created at first use).
+Runtime& runtime();
+
+// Throws kjit::Error when an op of `package` exceeds what the CUDA path supports (arguments,
+// specialization placeholders) or the trampoline pool is full. No torch needed.
+void check_package(const Package& package);
+
+// Registers the CUDA kernels of `package`'s ops under `torch.ops.<ns>` (its schemas must be
+// defined). Needs `attach` (abi.hpp). Registrations live for the process.
+void register_cuda(const Package& package, const std::string& ns);
+
+} // namespace kjit::torch_layer
