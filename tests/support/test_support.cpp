@@ -1,5 +1,6 @@
 #include "support/test_support.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdlib>
@@ -58,9 +59,15 @@ Child start_process(const std::vector<std::string>& argv, const std::vector<std:
   if (::pipe(fds) != 0) {
     throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   }
+  // `env` replaces inherited variables of the same name (getenv finds the first one).
+  auto name_of = [](std::string_view variable) { return variable.substr(0, variable.find('=')); };
   std::vector<std::string> environment;
   for (char** e = environ; *e != nullptr; ++e) {
-    environment.emplace_back(*e);
+    const bool replaced = std::any_of(
+      env.begin(), env.end(), [&](const std::string& v) { return name_of(v) == name_of(*e); });
+    if (!replaced) {
+      environment.emplace_back(*e);
+    }
   }
   for (const auto& variable : env) {
     environment.push_back(variable);
