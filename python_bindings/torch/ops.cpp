@@ -44,17 +44,17 @@ constexpr std::size_t k_max_ops = 1024;
 
 // What the CUDA path reads of a tensor, read once per call.
 struct TensorRef {
-  AtenTensorHandle handle = nullptr;
-  const int64_t* sizes = nullptr;
-  const int64_t* strides = nullptr;
-  int64_t dim = 0;
-  int32_t dtype = 0;
-  int32_t device_type = 0;
-  int32_t device_index = -1;
+  AtenTensorHandle handle;
+  const int64_t* sizes;
+  const int64_t* strides;
+  int64_t dim;
+  int32_t dtype;
+  int32_t device_type;
+  int32_t device_index;
 };
 
 TensorRef read_tensor(const TorchApi& api, AtenTensorHandle handle) {
-  TensorRef t;
+  TensorRef t{};
   t.handle = handle;
   int64_t* sizes = nullptr;
   int64_t* strides = nullptr;
@@ -102,9 +102,10 @@ private:
 // The values of one call: tensors' metadata, scalars by value. No allocation.
 struct CallEnv {
   using Int = std::int64_t;
-  std::array<TensorRef, k_max_symbols> tensors{};
-  std::array<std::int64_t, k_max_symbols> ints{};
-  std::array<double, k_max_symbols> floats{};
+  // Written by binding before any read: not zero-initialized (per-call cost).
+  std::array<TensorRef, k_max_symbols> tensors;
+  std::array<std::int64_t, k_max_symbols> ints;
+  std::array<double, k_max_symbols> floats;
 
   Int size(int t, std::int64_t d) const { return tensors[t].sizes[d]; }
   Int stride(int t, std::int64_t d) const { return tensors[t].strides[d]; }
@@ -191,19 +192,30 @@ public:
                                 m_qualified, num_returns, spec.outputs.size()));
     }
     const int32_t device = common_device(api, env);
-    DeviceGuardHandle guard = nullptr;
-    check(api.aoti_torch_create_device_guard(device, &guard), "aoti_torch_create_device_guard",
+    // A device guard only when the tensors are not on the current device (it allocates and
+    // sets the device twice).
+    int32_t current = -1;
+    check(api.aoti_torch_get_current_device_index(&current), "aoti_torch_get_current_device_index",
           m_qualified.c_str());
+    DeviceGuardHandle guard = nullptr;
+    if (current != device) {
+      check(api.aoti_torch_create_device_guard(device, &guard), "aoti_torch_create_device_guard",
+            m_qualified.c_str());
+    }
     struct GuardDeleter {
       const TorchApi& api;
       DeviceGuardHandle guard;
-      ~GuardDeleter() { api.aoti_torch_delete_device_guard(guard); }
+      ~GuardDeleter() {
+        if (guard != nullptr) {
+          api.aoti_torch_delete_device_guard(guard);
+        }
+      }
     } guard_deleter{api, guard};
     check_values(api, env);
 
     bool empty = true;
-    std::array<std::int64_t, k_max_rank> shape{};
-    std::array<std::int64_t, k_max_rank> strides{};
+    std::array<std::int64_t, k_max_rank> shape; // written before read
+    std::array<std::int64_t, k_max_rank> strides;
     for (std::size_t o = 0; o < spec.outputs.size(); ++o) {
       std::size_t rank = 0;
       DType dtype{};
@@ -496,11 +508,13 @@ private:
       runtime_error(fmt::format("{}: the manifest passes {} arguments but kernel '{}' takes {}",
                                 m_qualified, spec.args.size(), kernel.name(), params.size()));
     }
-    std::array<std::uint64_t, 256> slots{};
-    std::array<void*, 256> values{};
-    std::array<std::size_t, 256> sizes{};
+    // Only the first args.size() entries are used: not zero-initialized (6 KiB per call).
+    std::array<std::uint64_t, 256> slots;
+    std::array<void*, 256> values;
+    std::array<std::size_t, 256> sizes;
     for (std::size_t i = 0; i < spec.args.size(); ++i) {
       const std::size_t want = params.empty() ? 0 : params[i];
+      slots[i] = 0;
       sizes[i] = pack(api, spec.args[i], env, want, slots[i], i);
       values[i] = &slots[i];
     }
