@@ -10,6 +10,7 @@ symbolic divisor is guarded non-zero; the rest is left to torch's SymInt arithme
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch
@@ -47,6 +48,13 @@ _INT64_MAX = 2**63 - 1
 
 class EvalError(Exception):
     """An evaluation failed (division by zero, dimension out of range): the message says which."""
+
+
+def _float_div(p: float, q: float) -> float:
+    """IEEE division, as C++: a zero divisor gives an infinity or NaN, never an exception."""
+    if q != 0:
+        return p / q
+    return math.nan if p == 0 or math.isnan(p) else math.copysign(math.inf, p) * math.copysign(1, q)
 
 
 def dtype_code(dtype: torch.dtype) -> int:
@@ -155,7 +163,7 @@ def compile(expr: dict) -> Callable[[list], Any]:
                     "add": lambda p, q: p + q,
                     "sub": lambda p, q: p - q,
                     "mul": lambda p, q: p * q,
-                    "div": lambda p, q: p / q if q != 0 else (float("nan") if p == 0 else float("inf") * (1 if p > 0 else -1)),
+                    "div": _float_div,
                 }[op]
                 return lambda values: fn(float(x(values)), float(y(values)))
             return lambda values: arithmetic(op, x(values), y(values))
