@@ -13,6 +13,9 @@ constexpr std::size_t k_max_params = 4096;
 } // namespace
 
 void KernelRecord::resolve_params(CUstream stream) const {
+  if (params_ready.load(std::memory_order_acquire)) {
+    return; // every launch after the first: no call_once (it sets thread-locals each time)
+  }
   std::call_once(params_once, [&] {
     const DriverApi& d = driver();
     if (d.cuKernelGetParamInfo == nullptr) {
@@ -37,6 +40,7 @@ void KernelRecord::resolve_params(CUstream stream) const {
           driver_error_text(result));
       param_sizes.clear();
     }
+    params_ready.store(true, std::memory_order_release);
   });
 }
 

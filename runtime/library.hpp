@@ -9,6 +9,7 @@
 
 #include <kjit/kernel.hpp>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,7 @@ struct KernelRecord {
   // The parameter layout, read at first need with a context current (the driver's
   // cuKernelGetParamInfo needs one): see `params()`.
   mutable std::once_flag params_once;
+  mutable std::atomic<bool> params_ready{false}; // resolve_params' fast path (per launch)
   mutable bool params_known = false;
   mutable std::vector<std::size_t> param_sizes;
 

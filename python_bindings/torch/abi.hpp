@@ -29,7 +29,6 @@ namespace kjit::torch_layer {
   X(aoti_torch_get_device_type)                                                                    \
   X(aoti_torch_get_device_index)                                                                   \
   X(aoti_torch_empty_strided)                                                                      \
-  X(aoti_torch_get_current_device_index)                                                           \
   X(aoti_torch_create_device_guard)                                                                \
   X(aoti_torch_delete_device_guard)                                                                \
   X(aoti_torch_device_type_cpu)                                                                    \

@@ -5,6 +5,7 @@
 
 #include <kjit/error.hpp>
 
+#include "runtime/cuda/driver.hpp"
 #include "runtime/op_spec.hpp"
 
 #include <fmt/format.h>
@@ -193,10 +194,14 @@ public:
     }
     const int32_t device = common_device(api, env);
     // A device guard only when the tensors are not on the current device (it allocates and
-    // sets the device twice).
-    int32_t current = -1;
-    check(api.aoti_torch_get_current_device_index(&current), "aoti_torch_get_current_device_index",
-          m_qualified.c_str());
+    // sets the device twice). The current device is the current context's, asked of the driver:
+    // what torch's cudaGetDevice answers, at a quarter of the cost of
+    // aoti_torch_get_current_device_index (65 vs 250 ns on the H200; it goes through
+    // at::accelerator). No current context (a thread new to CUDA) takes the guard.
+    CUdevice current = -1;
+    if (detail::driver().cuCtxGetDevice(&current) != CUDA_SUCCESS) {
+      current = -1;
+    }
     DeviceGuardHandle guard = nullptr;
     if (current != device) {
       check(api.aoti_torch_create_device_guard(device, &guard), "aoti_torch_create_device_guard",
@@ -234,7 +239,20 @@ public:
             "aoti_torch_empty_strided", m_qualified.c_str());
       const std::size_t symbol = spec.num_inputs + o;
       owned.own(symbol, out);
-      env.tensors[symbol] = read_tensor(api, out);
+      // What torch would answer is known but for where it keeps the sizes and strides.
+      TensorRef& ref = env.tensors[symbol];
+      ref.handle = out;
+      int64_t* sizes = nullptr;
+      int64_t* out_strides = nullptr;
+      check(api.aoti_torch_get_sizes(out, &sizes), "aoti_torch_get_sizes", m_qualified.c_str());
+      check(api.aoti_torch_get_strides(out, &out_strides), "aoti_torch_get_strides",
+            m_qualified.c_str());
+      ref.sizes = sizes;
+      ref.strides = out_strides;
+      ref.dim = static_cast<int64_t>(rank);
+      ref.dtype = static_cast<int32_t>(dtype);
+      ref.device_type = api.cuda;
+      ref.device_index = device;
     }
     if (!empty || spec.outputs.empty()) {
       launch(api, env, device);

@@ -4,8 +4,8 @@
 // pt2_compliant tag), which also registers the fake kernels (symbolic shapes, from the manifest's
 // parsed expressions), the CPU implementations and, where the manifest names one, the backward.
 // The CUDA kernel of every op is registered here, as a boxed stable-ABI kernel: checks, outputs,
-// specialization, launch on torch's current stream under a device guard, with no Python on the
-// path. A stable boxed kernel is a bare function pointer that learns nothing of the op it serves,
+// specialization, launch on torch's current stream (with a device guard when the tensors are not
+// on the current device), with no Python on the path. A stable boxed kernel is a bare function pointer that learns nothing of the op it serves,
 // so each op gets one of a fixed pool of trampolines (`k_max_ops`), each reading its own slot.
 // Ops without a backward have torch's autograd fallback (no per-call cost; a Python autograd
 // kernel costs ~5 us a call); kjit turns the fallback's warning on backward into an error
