@@ -2,6 +2,7 @@
 // through torch.ops, and RawKernel takes data pointers, so the module links no torch_python.
 #include <kjit/kjit.hpp>
 
+#include "entry_points.hpp"
 #include "spec_export.hpp"
 #include "torch/ops.hpp"
 
@@ -284,6 +285,9 @@ PYBIND11_MODULE(_C, m) {
   py::class_<PackageHandle>(m, "PackageHandle");
   m.def("_evaluate_expr", &kjit::python::evaluate_expr, py::arg("text"), py::arg("names"),
         py::arg("values"), "Tests only: an int expression exported and evaluated in C++.");
+  m.def("entry_point_files", &kjit::python::entry_point_files, py::arg("dirs"), py::arg("group"),
+        "(folder, text) of every distribution's metadata folder in `dirs`; text is its "
+        "entry_points.txt when that names [group], else empty.");
   m.def("load_package", &load_package, py::arg("path"), py::arg("namespace") = py::none());
   m.def("attach_torch", &kjit::torch_layer::attach, py::arg("libtorch_cpu"),
         py::arg("libtorch_cuda"),

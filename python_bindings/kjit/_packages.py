@@ -27,18 +27,12 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from ._errors import Error, PackageNotFoundError
 from ._safety import UnsafeInputError, check_name, check_url, check_version, inside, package_files, read_regular
 from ._trust import source_trusted
-from ._versions import Range, Version
-
-try:
-    import tomllib
-except ImportError:  # Python < 3.11
-    tomllib = None
+from ._versions import Range, Version, _Frozen
 
 LOCK_FORMAT = 1
 SOURCE_FILE = ".kjit-source.json"
@@ -54,12 +48,12 @@ class FetchError(Error):
     """A package could not be fetched from its repository."""
 
 
-@dataclass(frozen=True)
-class Candidate:
-    name: str
-    version: Version
-    path: Path
-    origin: str  # "path" (a folder the user named or KJIT_PATH), "shipped", "store", "entry point"
+class Candidate(_Frozen):
+    # origin: "path" (a folder the user named or KJIT_PATH), "shipped", "store", "entry point"
+    __slots__ = _fields = ("name", "version", "path", "origin")
+
+    def __init__(self, name: str, version: Version, path: Path, origin: str):
+        super().__init__(name, version, path, origin)
 
     @property
     def trusted(self) -> bool:
@@ -109,8 +103,17 @@ def offline() -> bool:
     return os.environ.get("KJIT_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
+def _tomllib():
+    try:
+        import tomllib  # imported at need: it costs ~3 ms, a third of a warm kjit.load
+    except ImportError:  # Python < 3.11
+        return None
+    return tomllib
+
+
 def read_manifest(path: Path) -> dict:
     text = (path / "kernel.toml").read_text()
+    tomllib = _tomllib()
     if tomllib is not None:
         return tomllib.loads(text)
     # Without tomllib: the two fields needed here, from the [package] table.
@@ -120,27 +123,58 @@ def read_manifest(path: Path) -> dict:
 
 
 def package_identity(path: Path) -> tuple[str, Version]:
-    package = read_manifest(path).get("package", {})
-    return package.get("name", ""), Version.parse(package.get("version", "0.0.0"))
+    """The name and version of the package at `path`, read by the C++ parser (a manifest it
+    refuses raises ManifestError, a ValueError)."""
+    from . import _C
+
+    name, version = _C.package_identity(path)
+    return name, Version.parse(version)
 
 
 def namespace_for(name: str, version: Version) -> str:
     return name if version.major <= 1 else f"{name}_v{version.major}"
 
 
+def _entry_points(group: str = "kjit.packages") -> list[tuple[str, str]]:
+    """(name, value) of the entry points in `group` of the distributions on sys.path, as
+    importlib.metadata.entry_points() lists them: a distribution found twice counts where it is
+    found first. Its folders are scanned by the extension (~0.3 ms for 200 distributions, against
+    ~3 ms in importlib.metadata); distributions that only a custom finder or a zip file holds are
+    not seen."""
+    from . import _C
+
+    found = _C.entry_point_files([p or "." for p in sys.path if isinstance(p, str)], group)
+    if not any(text for _, text in found):
+        return []
+    seen = set()
+    points = []
+    for folder, text in found:
+        stem = os.path.basename(folder).rsplit(".", 1)[0]  # name-version, or name (egg-info)
+        distribution = re.sub(r"[-_.]+", "_", stem.split("-", 1)[0]).lower()
+        if distribution in seen:
+            continue
+        seen.add(distribution)
+        section = None
+        for line in text.splitlines():
+            line = line.strip()
+            if not line or line.startswith(("#", ";")):
+                continue
+            if line.startswith("["):
+                section = line.strip("[]").strip()
+            elif section == group and "=" in line:
+                key, value = line.split("=", 1)
+                points.append((key.strip(), value.strip()))
+    return points
+
+
 def _entry_point_dirs(name: str | None = None) -> list[Path]:
-    from importlib import metadata
     from importlib.util import find_spec
 
-    try:
-        points = metadata.entry_points(group="kjit.packages")
-    except TypeError:  # Python < 3.10
-        points = metadata.entry_points().get("kjit.packages", [])
     dirs = []
-    for point in points:
-        if name is not None and point.name != name:
+    for point_name, value in _entry_points():
+        if name is not None and point_name != name:
             continue
-        spec = find_spec(point.value)
+        spec = find_spec(value)
         if spec is not None and spec.submodule_search_locations:
             dirs.append(Path(list(spec.submodule_search_locations)[0]))
     return dirs
@@ -155,7 +189,7 @@ def candidates(name: str) -> list[Candidate]:
             return
         try:
             pkg_name, version = package_identity(path)
-        except (ValueError, OSError):
+        except (ValueError, OSError, Error):  # not a package: skipped
             return
         if pkg_name == name:
             found.append(Candidate(name, version, path, origin))
@@ -364,6 +398,7 @@ def content_hash(hashes: dict[str, str]) -> str:
 
 
 def project_dependencies(project: Path) -> dict[str, dict]:
+    tomllib = _tomllib()
     if tomllib is None:
         raise Error("reading pyproject.toml needs Python 3.11 (tomllib)")
     pyproject = project / "pyproject.toml"

@@ -22,11 +22,6 @@ from pathlib import Path
 
 from ._errors import Error
 
-try:
-    import tomllib
-except ImportError:  # Python < 3.11
-    tomllib = None
-
 
 class TrustError(Error, PermissionError):
     """Code of an untrusted kernel package was not run."""
@@ -42,6 +37,10 @@ def trusted_sources() -> list[str]:
     sources = os.environ.get("KJIT_TRUSTED_SOURCES", "").split()
     path = config_file()
     if path.is_file():
+        try:
+            import tomllib  # at need: most processes have no configuration file
+        except ImportError:  # Python < 3.11
+            tomllib = None
         if tomllib is None:
             raise Error(f"reading '{path}' needs Python 3.11 (tomllib)")
         try:

@@ -12,19 +12,46 @@ Pre-releases sort before their release and match a range only when a bound names
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import total_ordering
 
 _VERSION = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
 
 
+class _Frozen:
+    """Immutable value classes with equality and hashing over `_fields` (plain classes rather than
+    frozen dataclasses: creating those costs about a millisecond per class at `import kjit`)."""
+
+    __slots__ = ()
+    _fields: tuple = ()
+
+    def __init__(self, *values):
+        assert len(values) == len(self._fields)
+        for name, value in zip(self._fields, values):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"cannot assign to field '{name}' of an immutable {type(self).__name__}")
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def __eq__(self, other):
+        return type(other) is type(self) and self._values() == other._values()
+
+    def __hash__(self):
+        return hash((type(self).__name__, self._values()))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__name__}({fields})"
+
+
 @total_ordering
-@dataclass(frozen=True)
-class Version:
-    major: int
-    minor: int
-    patch: int
-    pre: tuple = ()
+class Version(_Frozen):
+    __slots__ = _fields = ("major", "minor", "patch", "pre")
+
+    def __init__(self, major: int, minor: int, patch: int, pre: tuple = ()):
+        super().__init__(major, minor, patch, pre)
 
     @staticmethod
     def parse(text: str, partial: bool = False) -> "Version":
@@ -52,10 +79,11 @@ class Version:
 _CLAUSE = re.compile(r"^(>=|<=|==|!=|~=|>|<|\^|~)?\s*(\S+)$")
 
 
-@dataclass(frozen=True)
-class Range:
-    clauses: tuple  # (operator, Version)
-    text: str
+class Range(_Frozen):
+    __slots__ = _fields = ("clauses", "text")  # clauses: (operator, Version) pairs
+
+    def __init__(self, clauses: tuple, text: str):
+        super().__init__(clauses, text)
 
     @staticmethod
     def parse(text: str) -> "Range":

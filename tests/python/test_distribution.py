@@ -338,3 +338,29 @@ def test_wheel_installs_into_a_fresh_environment_and_loads(tmp_path, env):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("1.2.0") and "site-packages/kjit_pkg_gray/kernel.toml" in result.stdout
+
+
+def _metadata_points(group):
+    from importlib import metadata
+
+    return sorted((e.name, e.value) for e in metadata.entry_points(group=group))
+
+
+def test_entry_point_scan_lists_what_importlib_metadata_lists(tmp_path, monkeypatch):
+    from kjit import _packages
+
+    # This environment's console scripts: the same list as importlib.metadata's.
+    assert sorted(_packages._entry_points("console_scripts")) == _metadata_points("console_scripts")
+    # A distribution found twice counts where it is found first, with or without the group.
+    first, second, third = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for folder, dist, text in [
+        (first, "shadowed_pkg-1.0.dist-info", "[console_scripts]\nx = y\n"),
+        (second, "Shadowed.Pkg-2.0.dist-info", "[kjit.packages]\nshadow = shadow_module\n"),
+        (second, "other-3.0.dist-info", "# comment\n[kjit.packages]\n  mine = my.module  \n\n[x]\nz = w\n"),
+        (third, "legacy.egg-info", "[kjit.packages]\nold = old_module\n"),
+    ]:
+        (folder / dist).mkdir(parents=True)
+        (folder / dist / "entry_points.txt").write_text(text)
+    monkeypatch.setattr(sys, "path", [str(first), str(second), str(third), str(tmp_path / "missing")])
+    expected = [("mine", "my.module"), ("old", "old_module")]
+    assert sorted(_packages._entry_points()) == expected == _metadata_points("kjit.packages")
