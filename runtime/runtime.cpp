@@ -19,6 +19,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -120,8 +121,17 @@ std::vector<std::pair<std::string, std::string>> nvrtc_headers(const Program& pr
 
 } // namespace
 
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+    .count();
+}
+
 struct Runtime::Impl {
-  explicit Impl(RuntimeOptions o) : options(std::move(o)), cache(open_store(options)) {
+  explicit Impl(RuntimeOptions o)
+    : options(std::move(o)), opened(std::chrono::steady_clock::now()), cache(open_store(options)) {
+    detail::log(LogLevel::debug, "kernel store {} opened in {:.2f} ms",
+                cache.enabled() ? "'" + cache.path().string() + "'" : std::string("(none)"),
+                ms_since(opened));
     if (!cache_disabled(options)) {
       for (const auto& path : read_only_cache_paths(options)) {
         cache.add_read_only_path(path);
@@ -137,6 +147,7 @@ struct Runtime::Impl {
   }
 
   RuntimeOptions options;
+  std::chrono::steady_clock::time_point opened; // when the store started opening
   Cache cache;
   std::unique_ptr<detail::RemoteStore> remote; // Note [Remote tier]
 
@@ -164,7 +175,12 @@ struct Runtime::Impl {
   mutable NvrtcIdentity identity_value;
 
   const NvrtcIdentity& nvrtc_identity() const {
-    std::call_once(identity_once, [&] { identity_value = find_identity(); });
+    std::call_once(identity_once, [&] {
+      const auto start = std::chrono::steady_clock::now();
+      identity_value = find_identity();
+      detail::log(LogLevel::debug, "NVRTC {}.{} identified in {:.2f} ms", identity_value.major,
+                  identity_value.minor, ms_since(start));
+    });
     return identity_value;
   }
 
@@ -488,15 +504,25 @@ Runtime::~Runtime() {
 }
 
 Kernel Runtime::kernel(const Program& program, std::string_view name) {
+  const auto start = std::chrono::steady_clock::now();
   const Target target = m_impl->default_target();
+  const double target_ms = ms_since(start);
   std::shared_ptr<Compiled> compiled = m_impl->obtain(program, target);
   std::call_once(compiled->load_once, [&] {
+    // The first use of this binary in the process: where its time went, for KJIT_LOG=debug.
+    const double binary_ms = ms_since(start) - target_ms;
+    const auto load_start = std::chrono::steady_clock::now();
     std::string image = compiled->binary.data;
     if (target.kind == OutputKind::ptx && (image.empty() || image.back() != '\0')) {
       image.push_back('\0');
     }
     compiled->library = detail::Library::load(
       image, fmt::format("'{}' ({}, key {})", program.name(), target.name(), compiled->binary.key));
+    detail::log(LogLevel::debug,
+                "'{}' for {} ready in {:.2f} ms: target {:.2f} ms, binary {:.2f} ms ({}), module "
+                "load {:.2f} ms",
+                program.name(), target.name(), ms_since(start), target_ms, binary_ms,
+                compiled->binary.cached ? "from a store" : "compiled", ms_since(load_start));
   });
   std::string lowered(name);
   for (const auto& [expression, mangled] : compiled->binary.lowered_names) {

@@ -6,6 +6,7 @@
 #include <kjit/error.hpp>
 
 #include "runtime/cuda/driver.hpp"
+#include "runtime/logging.hpp"
 #include "runtime/op_spec.hpp"
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -433,9 +435,15 @@ private:
       const auto& param = m_spec->specialize[i];
       texts.emplace_back(param.name, detail::specialization_text(param.expr.kind(), key.values[i]));
     }
+    const auto start = std::chrono::steady_clock::now();
     const KernelDecl& decl = m_package.kernels()[m_spec->kernel];
     auto [program, name] = m_package.specialize(decl, texts);
+    const auto specialized = std::chrono::steady_clock::now();
     key.kernel = runtime().kernel(program, name);
+    using Ms = std::chrono::duration<double, std::milli>;
+    detail::log(LogLevel::debug, "{}: kernel for cuda:{} ready in {:.2f} ms (program {:.2f} ms)",
+                m_qualified, device, Ms(std::chrono::steady_clock::now() - start).count(),
+                Ms(specialized - start).count());
     const KernelSlot& slot = m_kernels.emplace_back(std::move(key));
     m_last.store(&slot, std::memory_order_release);
     return slot.kernel;

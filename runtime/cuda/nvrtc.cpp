@@ -66,23 +66,22 @@ std::string own_binary() {
   return real_path("/proc/self/exe");
 }
 
-// libnvrtc files mapped into the process, e.g. torch's after it used NVRTC.
+// libnvrtc files loaded into the process, e.g. torch's: the loader's list of loaded objects
+// (dl_iterate_phdr), not /proc/self/maps, whose thousands of lines in a CUDA process take ~1 ms.
 std::vector<std::string> mapped_nvrtc() {
   std::vector<std::string> found;
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    const auto slash = line.find('/');
-    if (slash == std::string::npos) {
-      continue;
-    }
-    const std::string path = line.substr(slash);
-    const std::string name = fs::path(path).filename().string();
-    if (name.starts_with("libnvrtc.so") &&
-        std::find(found.begin(), found.end(), path) == found.end()) {
-      found.push_back(path);
-    }
-  }
+  ::dl_iterate_phdr(
+    [](dl_phdr_info* info, std::size_t, void* data) {
+      auto& out = *static_cast<std::vector<std::string>*>(data);
+      const std::string_view path = info->dlpi_name != nullptr ? info->dlpi_name : "";
+      const auto slash = path.rfind('/');
+      if (slash != std::string_view::npos && path.substr(slash + 1).starts_with("libnvrtc.so") &&
+          std::find(out.begin(), out.end(), path) == out.end()) {
+        out.emplace_back(path);
+      }
+      return 0;
+    },
+    &found);
   return found;
 }
 
@@ -385,7 +384,7 @@ const NvrtcApi& nvrtc() {
 
 bool nvrtc_loaded() noexcept {
   return g_override.load(std::memory_order_acquire) != nullptr ||
-         g_loaded.load(std::memory_order_acquire) || !mapped_nvrtc().empty();
+         g_loaded.load(std::memory_order_acquire);
 }
 
 const std::optional<NvrtcLocation>& nvrtc_location() {

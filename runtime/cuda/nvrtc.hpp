@@ -83,7 +83,9 @@ struct NvrtcLocation {
 // The NVRTC file the search would load first, found without loading anything; nothing when no
 // candidate exists. Memoized.
 const std::optional<NvrtcLocation>& nvrtc_location();
-// Whether `nvrtc()` is cheap now: loaded, overridden, or already mapped into the process.
+// Whether `nvrtc()` is cheap now: its table loaded, or overridden. An NVRTC that is only mapped
+// into the process (torch's) is not: building the table and asking it for its archs costs ~2 ms,
+// the most of a warm first launch, where the store remembers the same answers.
 bool nvrtc_loaded() noexcept;
 
 // Where NVRTC was found and why, or why not: what `kjit info` reports. Never throws; searches
