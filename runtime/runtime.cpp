@@ -130,7 +130,8 @@ struct Runtime::Impl {
   explicit Impl(RuntimeOptions o)
     : options(std::move(o)), opened(std::chrono::steady_clock::now()), cache(open_store(options)) {
     detail::log(LogLevel::debug, "kernel store {} opened in {:.2f} ms",
-                cache.enabled() ? "'" + cache.path().string() + "'" : std::string("(none)"),
+                cache.enabled() ? fmt::format("'{}'", cache.path().string())
+                                : std::string("(none)"),
                 ms_since(opened));
     if (!cache_disabled(options)) {
       for (const auto& path : read_only_cache_paths(options)) {
