@@ -1,4 +1,6 @@
-// The CUDA kernels of kjit ops, on torch's stable ABI (Note [Op registration]).
+// The CUDA kernels of kjit ops, on torch's stable ABI (Note [Op registration]). Over 600 lines:
+// one op's call path (binding, checks, outputs, kernel slots, packing, launch) is one class whose
+// steps share the per-call environment.
 #include "ops.hpp"
 
 #include "abi.hpp"
