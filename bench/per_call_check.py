@@ -9,22 +9,13 @@ speed drifts between processes far more than between the two systems inside one.
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 import kjit  # noqa: E402
 import peers  # noqa: E402
-
-
-def per_call_us(fn, x, calls=2000):
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn(x)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
+from bench_ops import per_call_us  # noqa: E402
 
 
 def main():
@@ -35,11 +26,11 @@ def main():
     assert torch.equal(ours(x), aot(x))
     for fn in (ours, aot):
         for _ in range(3):
-            per_call_us(fn, x)
+            per_call_us(fn, x, rounds=1)
     samples = {"kjit": [], "aot": []}
     for _ in range(9):
-        samples["kjit"].append(per_call_us(ours, x))
-        samples["aot"].append(per_call_us(aot, x))
+        samples["kjit"].append(per_call_us(ours, x, rounds=1))
+        samples["aot"].append(per_call_us(aot, x, rounds=1))
     k, a = statistics.median(samples["kjit"]), statistics.median(samples["aot"])
     print(f"per call: kjit {k:.3f} us, AOT {a:.3f} us, ratio {k / a:.4f}")
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 
-def _entry_points(group: str = "kjit.packages") -> list[tuple[str, str]]:
+def entry_points(group: str = "kjit.packages") -> list[tuple[str, str]]:
     """(name, value) of the entry points in `group` of the distributions on sys.path, as
     importlib.metadata.entry_points() lists them: a distribution found twice counts where it is
     found first. Its folders are scanned by the extension (~0.3 ms for 200 distributions, against
@@ -41,11 +41,11 @@ def _entry_points(group: str = "kjit.packages") -> list[tuple[str, str]]:
     return points
 
 
-def _entry_point_dirs(name: str | None = None) -> list[Path]:
+def entry_point_dirs(name: str | None = None) -> list[Path]:
     from importlib.util import find_spec
 
     dirs = []
-    for point_name, value in _entry_points():
+    for point_name, value in entry_points():
         if name is not None and point_name != name:
             continue
         spec = find_spec(value)

@@ -29,10 +29,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ._entry_points import _entry_point_dirs, _entry_points  # noqa: F401 (tests use _entry_points)
+from ._entry_points import entry_point_dirs
 from ._errors import Error, PackageNotFoundError
 from ._safety import UnsafeInputError, check_name, check_url, check_version, inside, package_files, read_regular
-from ._trust import source_trusted
+from ._trust import source_trusted, tomllib_module
 from ._versions import Range, Version, _Frozen
 
 LOCK_FORMAT = 1
@@ -87,7 +87,7 @@ def trusted_folder(path: Path) -> bool:
     """Whether `path` lies in a folder whose packages' code is trusted without being listed:
     a KJIT_PATH folder, the packages shipped with kjit, or an installed wheel's package."""
     real = Path(os.path.realpath(path))
-    roots = [*user_roots(), installed_kernels(), *_entry_point_dirs()]
+    roots = [*user_roots(), installed_kernels(), *entry_point_dirs()]
     return any(real == (r := Path(os.path.realpath(root))) or r in real.parents for root in roots)
 
 
@@ -104,17 +104,9 @@ def offline() -> bool:
     return os.environ.get("KJIT_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
-def _tomllib():
-    try:
-        import tomllib  # imported at need: it costs ~3 ms, a third of a warm kjit.load
-    except ImportError:  # Python < 3.11
-        return None
-    return tomllib
-
-
 def read_manifest(path: Path) -> dict:
     text = (path / "kernel.toml").read_text()
-    tomllib = _tomllib()
+    tomllib = tomllib_module()
     if tomllib is not None:
         return tomllib.loads(text)
     # Without tomllib: the two fields needed here, from the [package] table.
@@ -159,7 +151,7 @@ def candidates(name: str) -> list[Candidate]:
             for child in sorted(folder.iterdir()):
                 if child.is_dir() and not child.name.startswith("."):
                     consider(child, origin)
-    for path in _entry_point_dirs(name):
+    for path in entry_point_dirs(name):
         consider(path, "entry point")
     return found
 
@@ -354,7 +346,7 @@ def content_hash(hashes: dict[str, str]) -> str:
 
 
 def project_dependencies(project: Path) -> dict[str, dict]:
-    tomllib = _tomllib()
+    tomllib = tomllib_module()
     if tomllib is None:
         raise Error("reading pyproject.toml needs Python 3.11 (tomllib)")
     pyproject = project / "pyproject.toml"

@@ -23,6 +23,16 @@ from pathlib import Path
 from ._errors import Error
 
 
+def tomllib_module():
+    """Python's tomllib, imported at need (it costs ~3 ms, a third of a warm kjit.load); None
+    before Python 3.11."""
+    try:
+        import tomllib
+    except ImportError:
+        return None
+    return tomllib
+
+
 class TrustError(Error, PermissionError):
     """Code of an untrusted kernel package was not run."""
 
@@ -37,10 +47,7 @@ def trusted_sources() -> list[str]:
     sources = os.environ.get("KJIT_TRUSTED_SOURCES", "").split()
     path = config_file()
     if path.is_file():
-        try:
-            import tomllib  # at need: most processes have no configuration file
-        except ImportError:  # Python < 3.11
-            tomllib = None
+        tomllib = tomllib_module()
         if tomllib is None:
             raise Error(f"reading '{path}' needs Python 3.11 (tomllib)")
         try:

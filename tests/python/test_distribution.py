@@ -347,10 +347,10 @@ def _metadata_points(group):
 
 
 def test_entry_point_scan_lists_what_importlib_metadata_lists(tmp_path, monkeypatch):
-    from kjit import _packages
+    from kjit._entry_points import entry_points
 
     # This environment's console scripts: the same list as importlib.metadata's.
-    assert sorted(_packages._entry_points("console_scripts")) == _metadata_points("console_scripts")
+    assert sorted(entry_points("console_scripts")) == _metadata_points("console_scripts")
     # A distribution found twice counts where it is found first, with or without the group.
     first, second, third = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     for folder, dist, text in [
@@ -363,4 +363,20 @@ def test_entry_point_scan_lists_what_importlib_metadata_lists(tmp_path, monkeypa
         (folder / dist / "entry_points.txt").write_text(text)
     monkeypatch.setattr(sys, "path", [str(first), str(second), str(third), str(tmp_path / "missing")])
     expected = [("mine", "my.module"), ("old", "old_module")]
-    assert sorted(_packages._entry_points()) == expected == _metadata_points("kjit.packages")
+    assert sorted(entry_points()) == expected == _metadata_points("kjit.packages")
+
+
+def test_entry_point_scan_skips_what_is_not_a_small_regular_file(tmp_path, monkeypatch):
+    from kjit._entry_points import entry_points
+
+    def dist(name, make):
+        folder = tmp_path / f"{name}-1.0.dist-info"
+        folder.mkdir()
+        make(folder / "entry_points.txt")
+
+    dist("fifo", lambda p: os.mkfifo(p))  # would block a plain open() and read()
+    dist("folder", lambda p: p.mkdir())
+    dist("huge", lambda p: p.write_text("[kjit.packages]\nhuge = huge_module\n" + "#" * (2 << 20)))
+    dist("fine", lambda p: p.write_text("[kjit.packages]\nfine = fine_module\n"))
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    assert entry_points() == [("fine", "fine_module")]
