@@ -70,6 +70,22 @@ const char* op_name(NodeOp op) {
     return "dtype_of";
   case NodeOp::is_contiguous:
     return "is_contiguous";
+  case NodeOp::gcd:
+    return "gcd";
+  case NodeOp::next_pow2:
+    return "next_pow2";
+  case NodeOp::present:
+    return "present";
+  case NodeOp::aligned:
+    return "aligned";
+  case NodeOp::len:
+    return "len";
+  case NodeOp::select:
+    return "select";
+  case NodeOp::item:
+    return "item";
+  case NodeOp::device_prop:
+    return "device_prop";
   }
   return "unknown";
 }
@@ -78,7 +94,7 @@ py::dict export_expr(const Expr& expr) {
   py::list nodes;
   for (const auto& n : expr.nodes()) {
     nodes.append(py::make_tuple(op_name(n.op), std::string(detail::kind_name(n.kind)), n.a, n.b,
-                                n.value, n.number));
+                                n.value, n.number, n.c, n.column));
   }
   py::dict d;
   d["text"] = expr.text();
@@ -100,6 +116,11 @@ struct IntEnv {
   Int int_value(int s) const { return values[s]; }
   double float_value(int) const { return 0; }
   bool bool_value(int s) const { return values[s] != 0; }
+  bool present(int) const { return true; }
+  Int list_item(int, std::int64_t) const { return 0; }
+  std::int64_t list_len(int) const { return 0; }
+  bool aligned(int, std::int64_t) const { return true; }
+  std::int64_t device_prop(detail::DeviceProp) const { return 0; }
   static Int min(Int a, Int b) { return std::min(a, b); }
   static Int max(Int a, Int b) { return std::max(a, b); }
   static bool truth(bool value) { return value; }
@@ -142,7 +163,24 @@ py::tuple evaluate_expr(const std::string& text, const std::vector<std::string>&
 py::dict export_op(const detail::OpSpec& spec) {
   py::list symbols;
   for (const auto& s : spec.symbols) {
-    symbols.append(py::make_tuple(s.name, std::string(detail::kind_name(s.kind))));
+    symbols.append(py::make_tuple(s.name, std::string(detail::kind_name(s.kind)), s.optional));
+  }
+  py::list inputs;
+  for (const auto& a : spec.inputs) {
+    py::dict i;
+    i["mutable"] = a.is_mutable;
+    i["optional"] = a.optional;
+    i["str"] = a.type == detail::ArgType::str;
+    py::dict strings;
+    for (const auto& [text, number] : a.strings) {
+      strings[py::str(text)] = number;
+    }
+    i["strings"] = strings;
+    inputs.append(i);
+  }
+  py::list returns;
+  for (const auto& r : spec.returns) {
+    returns.append(py::make_tuple(r.output, r.alias));
   }
   py::list checks;
   for (const auto& c : spec.checks) {
@@ -169,6 +207,8 @@ py::dict export_op(const detail::OpSpec& spec) {
   d["name"] = spec.name;
   d["symbols"] = symbols;
   d["num_inputs"] = spec.num_inputs;
+  d["inputs"] = inputs;
+  d["returns"] = returns;
   d["checks"] = checks;
   d["outputs"] = outputs;
   return d;

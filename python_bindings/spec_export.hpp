@@ -3,7 +3,7 @@
 // Python evaluates what the C++ parser produced and never parses the language itself.
 #pragma once
 
-#include "runtime/op_spec.hpp"
+#include "runtime/manifest/op_spec.hpp"
 
 #include <pybind11/pybind11.h>
 

@@ -42,6 +42,15 @@ DeviceInfo device_info(int ordinal) {
     "cannot get the compute capability of device {}", ordinal);
   KJIT_CU_CHECK(d.cuDeviceTotalMem(&info.total_memory, device),
                 "cannot get the memory size of device {}", ordinal);
+  KJIT_CU_CHECK(
+    d.cuDeviceGetAttribute(&info.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+    "cannot get the multiprocessor count of device {}", ordinal);
+  KJIT_CU_CHECK(d.cuDeviceGetAttribute(&info.max_shared_mem_optin,
+                                       CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                       device),
+                "cannot get the shared memory limit of device {}", ordinal);
+  KJIT_CU_CHECK(d.cuDeviceGetAttribute(&info.warp_size, CU_DEVICE_ATTRIBUTE_WARP_SIZE, device),
+                "cannot get the warp size of device {}", ordinal);
   return info;
 }
 

@@ -31,6 +31,9 @@ struct DeviceInfo {
   std::string name;
   Arch arch;
   std::size_t total_memory = 0;
+  int sm_count = 0;             // multiprocessors
+  int max_shared_mem_optin = 0; // shared memory a block may opt in to, bytes
+  int warp_size = 0;
 };
 DeviceInfo device_info(int ordinal);
 

@@ -51,19 +51,36 @@ struct OutputDecl {
   std::string dtype;                                      // a dtype expression; default like's
 };
 
-struct OpDecl {
+// A temporary tensor of one call (not returned), passed to launches by name.
+struct WorkspaceDecl {
   std::string name;
-  std::string schema;
+  std::vector<std::string> shape; // size expressions
+  std::string dtype;              // a dtype expression
+  bool zero = false;              // cleared before the first launch
+};
+
+// One kernel launch of an op; an op makes its launches in order, on one stream.
+struct LaunchDecl {
   std::string kernel;
-  std::string doc;
-  std::vector<std::string> checks;
-  std::vector<OutputDecl> outputs;
+  std::string when; // a bool expression: the launch is skipped when false; empty: always
   std::vector<std::string> args;
   std::vector<std::string> grid;
   std::vector<std::string> block;
   std::string shared_mem = "0";
-  std::vector<std::pair<std::string, std::string>> specialize;        // placeholder -> expr
+  std::vector<std::pair<std::string, std::string>> specialize; // placeholder -> expr
+};
+
+struct OpDecl {
+  std::string name;
+  std::string schema;
+  std::string doc;
+  std::vector<std::string> checks;
+  std::vector<OutputDecl> outputs;
+  std::vector<WorkspaceDecl> workspaces;
+  std::vector<LaunchDecl> launches; // `[[op.NAME.launch]]`, or the op's own kernel/args/grid keys
   std::vector<std::pair<std::string, std::vector<std::string>>> warm; // placeholder -> values
+  // str arguments: argument -> (string -> the integer expressions see)
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::int64_t>>>> strings;
   std::string cpu; // a function of the package's __init__.py, or empty
 };
 

@@ -3,7 +3,7 @@ implementations (concrete values).
 
 The C++ parser does the parsing and type checking (`kjit::detail::Expr`); `_C.load_package`
 hands over its node arrays, and `compile` turns one into a closure over the call's values. The
-semantics are those of `kjit::detail::Evaluator` (runtime/expr.hpp): concrete integers are
+semantics are those of `kjit::detail::Evaluator` (runtime/manifest/expr.hpp): concrete integers are
 checked (overflow and division by zero raise EvalError), division truncates as in C++, and a
 symbolic divisor is guarded non-zero; the rest is left to torch's SymInt arithmetic.
 """
@@ -115,12 +115,34 @@ def compile(expr: dict) -> Callable[[list], Any]:
             return a % b
         return (a + b - 1) // b
 
+    def absent(symbol_node: int):
+        name = text[nodes[symbol_node][7] - 1 :].split("(")[0]
+        name = "".join(c for c in name if c.isalnum() or c == "_") if name else "an argument"
+        fail(f"'{name}' is None (an absent optional argument); ask present({name}) first")
+
+    def leaf(symbol_node: int) -> Callable:
+        """values[symbol], checked present when the symbol is optional."""
+        symbol, optional = nodes[symbol_node][2], nodes[symbol_node][4]
+        if not optional:
+            return lambda values: values[symbol]
+
+        def present(values):
+            v = values[symbol]
+            if v is None:
+                absent(symbol_node)
+            return v
+
+        return present
+
+    def plain(x) -> int:
+        return x if isinstance(x, int) else int(x)  # guards a symbolic value
+
     def dimension(tensor_node: int, dim_node: int) -> Callable:
-        symbol = nodes[tensor_node][2]
+        tensor = leaf(tensor_node)
         dim = build(dim_node)
 
         def wrapped(values):
-            t = values[symbol]
+            t = tensor(values)
             rank = t.dim()
             d = int(dim(values))
             w = d + rank if d < 0 else d
@@ -130,8 +152,13 @@ def compile(expr: dict) -> Callable[[list], Any]:
 
         return wrapped
 
+    def next_pow2(n: int) -> int:
+        if n > 1 << 62:
+            fail("integer overflow in next_pow2")
+        return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
     def build(i: int) -> Callable:
-        op, kind, a, b, value, number = nodes[i]
+        op, kind, a, b, value, number, c = nodes[i][:7]
         if op == "int":
             return lambda values: value
         if op == "float":
@@ -141,13 +168,51 @@ def compile(expr: dict) -> Callable[[list], Any]:
         if op == "dtype":
             return lambda values: value
         if op == "symbol":
+            get = leaf(i)
             if kind == "dtype":
-                return lambda values: dtype_code(values[a])
+                return lambda values: dtype_code(get(values))
             if kind == "float":
-                return lambda values: float(values[a])
+                return lambda values: float(get(values))
             if kind == "bool":
-                return lambda values: bool(values[a])
-            return lambda values: values[a]
+                return lambda values: bool(get(values))
+            return get
+        if op == "present":
+            symbol = nodes[a][2]
+            return lambda values: values[symbol] is not None
+        if op == "select":
+            cond, x, y = build(a), build(b), build(c)
+            if kind == "float":
+                return lambda values: float(x(values)) if cond(values) else float(y(values))
+            return lambda values: x(values) if cond(values) else y(values)
+        if op == "next_pow2":
+            x = build(a)
+            return lambda values: next_pow2(plain(x(values)))
+        if op == "gcd":
+            x, y = build(a), build(b)
+
+            def gcd(values):
+                p, q = plain(x(values)), plain(y(values))
+                if p == _INT64_MIN or q == _INT64_MIN:
+                    fail("integer overflow in gcd")
+                return math.gcd(p, q)
+
+            return gcd
+        if op == "len":
+            lst = leaf(a)
+            return lambda values: len(lst(values))
+        if op == "item":
+            lst, index = leaf(a), build(b)
+
+            def item(values):
+                items, raw = lst(values), plain(index(values))
+                k = raw + len(items) if raw < 0 else raw
+                if k < 0 or k >= len(items):
+                    fail(f"index {raw} is out of range for a list of {len(items)}")
+                return items[k]
+
+            return item
+        if op in ("aligned", "device_prop"):
+            raise EvalError(f"internal: '{text}' reads what only a launch knows")
         if op == "neg":
             x = build(a)
             if kind == "float":
@@ -215,15 +280,15 @@ def compile(expr: dict) -> Callable[[list], Any]:
                 return t.stride(d)
 
             return stride
-        symbol = nodes[a][2] if a >= 0 else -1
+        tensor = leaf(a) if a >= 0 else None
         if op == "numel":
-            return lambda values: values[symbol].numel()
+            return lambda values: tensor(values).numel()
         if op == "dim":
-            return lambda values: values[symbol].dim()
+            return lambda values: tensor(values).dim()
         if op == "dtype_of":
-            return lambda values: dtype_code(values[symbol].dtype)
+            return lambda values: dtype_code(tensor(values).dtype)
         if op == "is_contiguous":
-            return lambda values: bool(values[symbol].is_contiguous())
+            return lambda values: bool(tensor(values).is_contiguous())
         raise EvalError(f"internal: unknown node '{op}' in '{text}'")
 
     return build(expr["root"])

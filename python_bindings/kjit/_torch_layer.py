@@ -46,11 +46,15 @@ class OpSpec:
 
     def __init__(self, namespace: str, op: dict):
         self.name = op["name"]
+        self.namespace = namespace
         self.qualified = f"{namespace}::{self.name}"
-        self.symbols = [name for name, _ in op["symbols"]]
-        self.kinds = [kind for _, kind in op["symbols"]]
+        self.symbols = [s[0] for s in op["symbols"]]
+        self.kinds = [s[1] for s in op["symbols"]]
         self.num_inputs = op["num_inputs"]
+        self.inputs = op["inputs"]
+        self.returns = [tuple(r) for r in op["returns"]]  # (output index, aliased argument)
         self.tensor_inputs = [i for i in range(self.num_inputs) if self.kinds[i] == "Tensor"]
+        self.strings = {i: a["strings"] for i, a in enumerate(self.inputs) if a["str"]}
         self.checks = [(c["text"], _expr.compile(c)) for c in op["checks"]]
         self.outputs = []
         for out in op["outputs"]:
@@ -63,10 +67,41 @@ class OpSpec:
                 )
             )
 
+    @property
+    def aliasing(self) -> bool:
+        """Whether a return aliases a written argument (Note [Aliasing returns], ops.hpp)."""
+        return any(alias >= 0 for _, alias in self.returns)
+
+    @property
+    def twin(self) -> str:
+        return f"_kjit_{self.name}"
+
+    def twin_schema(self, schema: str) -> str:
+        """The schema of the twin: the same arguments, the new outputs alone."""
+        arguments = schema[schema.index("(") + 1 : schema[: schema.rindex("->")].rindex(")")]
+        n = len(self.outputs)
+        returns = "()" if n == 0 else "Tensor" if n == 1 else "(" + ", ".join(["Tensor"] * n) + ")"
+        return f"{self.twin}({arguments}) -> {returns}"
+
+    def values(self, args: tuple) -> list:
+        """The call's values as expressions see them: str arguments as the manifest's integers."""
+        values = list(args)
+        for i, strings in self.strings.items():
+            if values[i] not in strings:
+                known = ", ".join(f"'{k}'" for k in strings)
+                raise ValueError(
+                    f"{self.qualified}: argument '{self.symbols[i]}' is '{values[i]}'; expected one of {known}"
+                )
+            values[i] = strings[values[i]]
+        return values
+
     def describe(self, values: list) -> str:
         parts = []
         for i in self.tensor_inputs:
             t = values[i]
+            if t is None:
+                parts.append(f"'{self.symbols[i]}' is None")
+                continue
             parts.append(
                 f"'{self.symbols[i]}' has shape [{', '.join(str(s) for s in t.shape)}], dtype "
                 f"{_expr.dtype_name(t.dtype)}, device {t.device}"
@@ -75,12 +110,13 @@ class OpSpec:
         return "; ".join(parts)
 
     def device(self, values: list) -> torch.device:
-        """The device every tensor argument is on; ValueError naming the odd one out."""
-        if not self.tensor_inputs:
+        """The device every present tensor argument is on; ValueError naming the odd one out."""
+        present = [i for i in self.tensor_inputs if values[i] is not None]
+        if not present:
             raise ValueError(f"{self.qualified}: no tensor argument")
-        first = self.tensor_inputs[0]
+        first = present[0]
         device = values[first].device
-        for i in self.tensor_inputs[1:]:
+        for i in present[1:]:
             if values[i].device != device:
                 raise ValueError(
                     f"{self.qualified}: expected all tensors on one device, but "
@@ -128,23 +164,50 @@ class OpSpec:
             result.append((shape, dtype))
         return result
 
-    def fake(self) -> Callable:
-        """The fake kernel: outputs of the declared shapes (symbolic where the inputs' are)."""
+    def results(self, args: tuple, outs: list, outputs_only: bool):
+        """What the op returns: the new outputs (the twin), or the schema's returns, the
+        aliased ones being the arguments themselves; one value plain, none as None."""
+        if outputs_only:
+            result = list(outs)
+        else:
+            result = [outs[o] if alias < 0 else args[alias] for o, alias in self.returns]
+        if not result:
+            return None
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def fake(self, outputs_only: bool = False) -> Callable:
+        """The fake kernel: new outputs of the declared shapes (symbolic where the inputs' are);
+        written arguments are left as they are (their metadata does not change)."""
 
         def fake(*args):
-            values = list(args)
+            values = self.values(args)
             device = self.device(values)
             outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_shapes(values)]
-            return outs[0] if len(outs) == 1 else tuple(outs)
+            return self.results(args, outs, outputs_only)
 
         fake.__name__ = f"fake_{self.name}"
         return fake
 
-    def cpu(self, function: Callable | None) -> Callable:
-        """The CPU kernel: checks, then `function`, whose outputs must be what the manifest says."""
+    def composite(self) -> Callable:
+        """The CompositeImplicitAutograd kernel of an op with aliasing returns: the twin, then the
+        written arguments (Note [Aliasing returns])."""
+        twin = getattr(getattr(torch.ops, self.namespace), self.twin).default
+
+        def composite(*args):
+            outs = twin(*args)
+            outs = [] if outs is None else list(outs) if isinstance(outs, (tuple, list)) else [outs]
+            return self.results(args, outs, False)
+
+        composite.__name__ = f"composite_{self.name}"
+        return composite
+
+    def cpu(self, function: Callable | None, outputs_only: bool = False) -> Callable:
+        """The CPU kernel: checks, then `function`, which writes the arguments the schema marks
+        written and returns the new outputs (or all the schema's returns, the aliased ones being
+        its arguments); they must be what the manifest says."""
 
         def cpu(*args):
-            values = list(args)
+            values = self.values(args)
             device = self.device(values)
             if device.type != "cpu":
                 raise ValueError(f"{self.qualified}: unexpected {device}")
@@ -159,13 +222,21 @@ class OpSpec:
             # implementation's torch calls (the op's own autograd decides about gradients).
             with torch.no_grad():
                 result = function(*args)
-            outs = result if isinstance(result, (tuple, list)) else (result,)
-            if len(outs) != len(declared):
+            got = [] if result is None else list(result) if isinstance(result, (tuple, list)) else [result]
+            if len(got) == len(self.returns) and len(got) != len(declared):
+                for k, (o, alias) in enumerate(self.returns):
+                    if alias >= 0 and got[k] is not args[alias]:
+                        raise RuntimeError(
+                            f"{self.qualified}: the CPU implementation's return {k} must be its "
+                            f"argument '{self.symbols[alias]}' (the schema returns it written)"
+                        )
+                got = [got[k] for k, (o, alias) in enumerate(self.returns) if alias < 0]
+            if len(got) != len(declared):
                 raise RuntimeError(
-                    f"{self.qualified}: the CPU implementation returned {len(outs)} values, the "
-                    f"schema declares {len(declared)} outputs"
+                    f"{self.qualified}: the CPU implementation returned {len(got)} values, the "
+                    f"schema declares {len(declared)} new outputs"
                 )
-            for o, (out, (shape, dtype)) in enumerate(zip(outs, declared)):
+            for o, (out, (shape, dtype)) in enumerate(zip(got, declared)):
                 if not isinstance(out, torch.Tensor):
                     raise RuntimeError(
                         f"{self.qualified}: the CPU implementation returned a "
@@ -178,7 +249,12 @@ class OpSpec:
                         f"{out.device}; the manifest declares shape [{', '.join(map(str, shape))}], "
                         f"{_expr.dtype_name(dtype)} on cpu"
                     )
-            return result
+                if any(out is a for a in args if isinstance(a, torch.Tensor)):
+                    raise RuntimeError(
+                        f"{self.qualified}: the CPU implementation returned an argument as new "
+                        f"output {o}; declare it Tensor(a!) in the schema and return it as such"
+                    )
+            return self.results(args, got, outputs_only)
 
         cpu.__name__ = f"cpu_{self.name}"
         return cpu
@@ -215,19 +291,27 @@ def register(info: dict, cpu_functions: dict[str, Callable]) -> None:
     except RuntimeError as e:
         raise _manifest_error(manifest, "package.name", f"cannot define op namespace '{namespace}': {e}") from None
     try:
-        for op in info["ops"]:
-            try:
-                library.define(op["schema"], tags=(torch.Tag.pt2_compliant_tag,))
-            except RuntimeError as e:
-                raise _manifest_error(manifest, f"op.{op['name']}.schema", str(e).split("\n")[0]) from None
+        for op, spec in zip(info["ops"], specs):
+            schemas = [op["schema"]] + ([spec.twin_schema(op["schema"])] if spec.aliasing else [])
+            for schema in schemas:
+                try:
+                    library.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
+                except RuntimeError as e:
+                    raise _manifest_error(manifest, f"op.{op['name']}.schema", str(e).split("\n")[0]) from None
         _C.register_cuda(info["handle"], namespace)
     except BaseException:
         library._destroy()
         raise
     _known_to_inspect()
     for spec in specs:
-        torch.library.register_fake(spec.qualified, spec.fake(), lib=library)
-        library.impl(spec.name, spec.cpu(cpu_functions.get(spec.name)), "CPU")
+        function = cpu_functions.get(spec.name)
+        library.impl(spec.name, spec.cpu(function), "CPU")
+        if spec.aliasing:  # Note [Aliasing returns] (ops.hpp)
+            torch.library.register_fake(f"{namespace}::{spec.twin}", spec.fake(True), lib=library)
+            library.impl(spec.twin, spec.cpu(function, True), "CPU")
+            library.impl(spec.name, spec.composite(), "CompositeImplicitAutograd")
+        else:
+            torch.library.register_fake(spec.qualified, spec.fake(), lib=library)
     # Ops without a backward have torch's autograd fallback, which only warns when a backward
     # passes through them (and the gradient is lost): make that an error naming the op.
     warnings.filterwarnings(

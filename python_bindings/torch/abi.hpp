@@ -40,7 +40,13 @@ namespace kjit::torch_layer {
   X(aoti_torch_dtype_float32)                                                                      \
   X(aoti_torch_dtype_float64)                                                                      \
   X(aoti_torch_dtype_bool)                                                                         \
-  X(aoti_torch_dtype_bfloat16)
+  X(aoti_torch_dtype_bfloat16)                                                                     \
+  X(torch_list_size)                                                                               \
+  X(torch_list_get_item)                                                                           \
+  X(torch_delete_list)                                                                             \
+  X(torch_string_length)                                                                           \
+  X(torch_string_c_str)                                                                            \
+  X(torch_delete_string)
 
 // `aoti_torch_get_current_cuda_stream`, declared by torch only in CUDA builds of its headers.
 using GetCudaStream = AOTITorchError (*)(int32_t device_index, void** stream);

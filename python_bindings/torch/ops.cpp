@@ -1,18 +1,18 @@
 // The CUDA kernels of kjit ops, on torch's stable ABI (Note [Op registration]). Over 600 lines:
-// one op's call path (binding, checks, outputs, kernel slots, packing, launch) is one class whose
-// steps share the per-call environment.
+// one op's call path (binding, checks, outputs, workspaces, kernel slots, packing, launches) is
+// one class whose steps share the per-call environment.
 #include "ops.hpp"
 
 #include "abi.hpp"
+#include "call_env.hpp"
 
 #include <kjit/error.hpp>
 
 #include "runtime/cuda/driver.hpp"
 #include "runtime/logging.hpp"
-#include "runtime/op_spec.hpp"
+#include "runtime/manifest/op_spec.hpp"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <array>
 #include <atomic>
@@ -26,17 +26,18 @@
 namespace kjit::torch_layer {
 namespace {
 
+using detail::ArgType;
 using detail::DType;
 using detail::Evaluator;
 using detail::Expr;
 using detail::Kind;
 using detail::OpSpec;
 
-// Symbols (arguments and outputs) an op may have; bounds the per-call arrays.
-constexpr std::size_t k_max_symbols = 32;
-constexpr std::size_t k_max_spec = 4;
-constexpr std::size_t k_max_rank = 16; // of an output
-constexpr std::size_t k_max_ops = 1024;
+constexpr std::size_t k_max_spec = 4;                // placeholders of one launch
+constexpr std::size_t k_max_rank = 16;               // of an output or workspace
+constexpr std::size_t k_max_ops = 1024;              // trampolines
+constexpr std::size_t k_max_launches = 16;           // of one op
+constexpr std::int64_t k_default_shared = 48 * 1024; // dynamic shared memory without opt-in
 
 // A value error (torch raises ValueError for std::invalid_argument) naming the op.
 [[noreturn]] void value_error(const std::string& message) {
@@ -47,45 +48,22 @@ constexpr std::size_t k_max_ops = 1024;
   throw std::runtime_error(message);
 }
 
-// What the CUDA path reads of a tensor, read once per call.
-struct TensorRef {
-  AtenTensorHandle handle;
-  const int64_t* sizes;
-  const int64_t* strides;
-  int64_t dim;
-  int32_t dtype;
-  int32_t device_type;
-  int32_t device_index;
-};
-
-TensorRef read_tensor(const TorchApi& api, AtenTensorHandle handle) {
-  TensorRef t{};
-  t.handle = handle;
-  int64_t* sizes = nullptr;
-  int64_t* strides = nullptr;
-  const bool ok = api.aoti_torch_get_dim(handle, &t.dim) == AOTI_TORCH_SUCCESS &&
-                  api.aoti_torch_get_sizes(handle, &sizes) == AOTI_TORCH_SUCCESS &&
-                  api.aoti_torch_get_strides(handle, &strides) == AOTI_TORCH_SUCCESS &&
-                  api.aoti_torch_get_dtype(handle, &t.dtype) == AOTI_TORCH_SUCCESS &&
-                  api.aoti_torch_get_device_type(handle, &t.device_type) == AOTI_TORCH_SUCCESS &&
-                  api.aoti_torch_get_device_index(handle, &t.device_index) == AOTI_TORCH_SUCCESS;
-  if (!ok) {
-    throw_failed("tensor metadata call", "kjit op");
-  }
-  t.sizes = sizes;
-  t.strides = strides;
-  return t;
-}
-
-// The tensor handles of one call: the inputs (the stack's owning references, taken over) and the
-// outputs until they are returned. Deleted on every way out.
+// The references one call owns: the stack's tensors (taken over), the outputs and workspaces
+// until they are returned or dropped, and torch's string and list handles. Deleted on every way
+// out.
 class Handles {
 public:
   explicit Handles(const TorchApi& api) : m_api(api) {}
   ~Handles() {
     for (std::size_t i = 0; i < m_count; ++i) {
-      if (m_handles[i] != nullptr) {
-        m_api.aoti_torch_delete_tensor_object(m_handles[i]);
+      if (m_tensors[i] != nullptr) {
+        m_api.aoti_torch_delete_tensor_object(m_tensors[i]);
+      }
+      if (m_strings[i] != nullptr) {
+        m_api.torch_delete_string(m_strings[i]);
+      }
+      if (m_lists[i] != nullptr) {
+        m_api.torch_delete_list(m_lists[i]);
       }
     }
   }
@@ -93,96 +71,45 @@ public:
   Handles& operator=(const Handles&) = delete;
 
   void own(std::size_t i, AtenTensorHandle h) {
-    m_handles[i] = h;
+    m_tensors[i] = h;
     m_count = std::max(m_count, i + 1);
   }
-  AtenTensorHandle release(std::size_t i) { return std::exchange(m_handles[i], nullptr); }
+  void own(std::size_t i, StringHandle h) {
+    m_strings[i] = h;
+    m_count = std::max(m_count, i + 1);
+  }
+  void own(std::size_t i, StableListHandle h) {
+    m_lists[i] = h;
+    m_count = std::max(m_count, i + 1);
+  }
+  AtenTensorHandle release(std::size_t i) { return std::exchange(m_tensors[i], nullptr); }
 
 private:
   const TorchApi& m_api;
-  std::array<AtenTensorHandle, k_max_symbols> m_handles{};
+  std::array<AtenTensorHandle, k_max_symbols> m_tensors{};
+  std::array<StringHandle, k_max_symbols> m_strings{};
+  std::array<StableListHandle, k_max_symbols> m_lists{};
   std::size_t m_count = 0;
 };
 
-// The values of one call: tensors' metadata, scalars by value. No allocation.
-struct CallEnv {
-  using Int = std::int64_t;
-  // Written by binding before any read: not zero-initialized (per-call cost).
-  std::array<TensorRef, k_max_symbols> tensors;
-  std::array<std::int64_t, k_max_symbols> ints;
-  std::array<double, k_max_symbols> floats;
-
-  Int size(int t, std::int64_t d) const { return tensors[t].sizes[d]; }
-  Int stride(int t, std::int64_t d) const { return tensors[t].strides[d]; }
-  Int numel(int t) const {
-    Int n = 1;
-    for (std::int64_t d = 0; d < tensors[t].dim; ++d) {
-      n *= tensors[t].sizes[d];
-    }
-    return n;
-  }
-  std::int64_t dim(int t) const { return tensors[t].dim; }
-  DType dtype(int t) const { return static_cast<DType>(tensors[t].dtype); }
-  // As torch's default-format contiguity: row-major strides, ignoring dimensions of size 1.
-  bool is_contiguous(int t) const {
-    const TensorRef& r = tensors[t];
-    std::int64_t expected = 1;
-    for (std::int64_t d = r.dim - 1; d >= 0; --d) {
-      if (r.sizes[d] == 0) {
-        return true;
-      }
-      if (r.sizes[d] != 1) {
-        if (r.strides[d] != expected) {
-          return false;
-        }
-        expected *= r.sizes[d];
-      }
-    }
-    return true;
-  }
-  Int int_value(int s) const { return ints[s]; }
-  double float_value(int s) const { return floats[s]; }
-  bool bool_value(int s) const { return ints[s] != 0; }
-  static Int min(Int a, Int b) { return std::min(a, b); }
-  static Int max(Int a, Int b) { return std::max(a, b); }
-  static bool truth(bool value) { return value; }
-  static std::optional<std::int64_t> concrete(Int value) { return value; }
-};
-
-std::string device_text(const TorchApi& api, const TensorRef& t) {
-  if (t.device_type == api.cuda) {
-    return fmt::format("cuda:{}", t.device_index);
-  }
-  if (t.device_type == api.cpu) {
-    return "cpu";
-  }
-  return fmt::format("device type {}", t.device_type);
-}
-
-std::string describe(const TorchApi& api, const std::string& name, const CallEnv& env, int i) {
-  const TensorRef& t = env.tensors[i];
-  const auto dtype = detail::dtype_name(static_cast<DType>(t.dtype));
-  return fmt::format("'{}' has shape [{}], dtype {}, device {}{}", name,
-                     fmt::join(std::span(t.sizes, static_cast<std::size_t>(t.dim)), ", "),
-                     dtype != "unknown" ? std::string(dtype) : fmt::format("code {}", t.dtype),
-                     device_text(api, t), env.is_contiguous(i) ? "" : ", not contiguous");
-}
-
-// A compiled specialization of an op's kernel for one device.
+// A compiled specialization of one launch's kernel for one device.
 struct KernelSlot {
+  std::size_t launch = 0;
   std::array<std::int64_t, k_max_spec> values{};
   int device = -1;
   Kernel kernel;
+  std::atomic<std::int64_t> shared_set{k_default_shared}; // dynamic shared memory allowed
 };
 
-// One op's CUDA path.
+// One op's CUDA path. `returns_outputs_only`: the twin of an op whose returns alias its
+// arguments (Note [Aliasing returns]), which returns its new outputs alone.
 class OpState {
 public:
-  OpState(Package package, std::shared_ptr<const OpSpec> spec, std::string ns)
+  OpState(Package package, std::shared_ptr<const OpSpec> spec, std::string ns, std::string name,
+          bool outputs_only)
     : m_package(std::move(package)), m_spec(std::move(spec)), m_ns(std::move(ns)),
-      m_qualified(m_ns + "::" + m_spec->name) {}
+      m_qualified(m_ns + "::" + name), m_outputs_only(outputs_only) {}
 
-  const OpSpec& spec() const { return *m_spec; }
   const std::string& qualified() const { return m_qualified; }
 
   // The boxed kernel: arguments on `stack`, results written back to its front.
@@ -191,10 +118,12 @@ public:
     const OpSpec& spec = *m_spec;
     Handles owned(api);
     CallEnv env;
+    env.api = &api;
     bind_inputs(api, stack, num_args, env, owned);
-    if (num_returns != spec.outputs.size()) {
-      runtime_error(fmt::format("{}: torch passes {} returns, the manifest declares {} outputs",
-                                m_qualified, num_returns, spec.outputs.size()));
+    const std::size_t expected = m_outputs_only ? spec.outputs.size() : spec.returns.size();
+    if (num_returns != expected) {
+      runtime_error(fmt::format("{}: torch passes {} returns, the manifest declares {}",
+                                m_qualified, num_returns, expected));
     }
     const int32_t device = common_device(api, env);
     // A device guard only when the tensors are not on the current device (it allocates and
@@ -223,94 +152,153 @@ public:
     check_values(api, env);
 
     bool empty = true;
-    std::array<std::int64_t, k_max_rank> shape; // written before read
-    std::array<std::int64_t, k_max_rank> strides;
     for (std::size_t o = 0; o < spec.outputs.size(); ++o) {
+      std::array<std::int64_t, k_max_rank> shape; // written before read
       std::size_t rank = 0;
       DType dtype{};
       output_shape(o, env, shape, rank, dtype);
-      std::int64_t step = 1;
       bool this_empty = false;
-      for (std::size_t d = rank; d-- > 0;) {
-        strides[d] = step;
-        step *= std::max<std::int64_t>(shape[d], 1);
+      for (std::size_t d = 0; d < rank; ++d) {
         this_empty = this_empty || shape[d] == 0;
       }
       empty = empty && this_empty;
-      AtenTensorHandle out = nullptr;
-      check(api.aoti_torch_empty_strided(static_cast<int64_t>(rank), shape.data(), strides.data(),
-                                         static_cast<int32_t>(dtype), api.cuda, device, &out),
-            "aoti_torch_empty_strided", m_qualified.c_str());
-      const std::size_t symbol = spec.num_inputs + o;
-      owned.own(symbol, out);
-      // What torch would answer is known but for where it keeps the sizes and strides.
-      TensorRef& ref = env.tensors[symbol];
-      ref.handle = out;
-      int64_t* sizes = nullptr;
-      int64_t* out_strides = nullptr;
-      check(api.aoti_torch_get_sizes(out, &sizes), "aoti_torch_get_sizes", m_qualified.c_str());
-      check(api.aoti_torch_get_strides(out, &out_strides), "aoti_torch_get_strides",
-            m_qualified.c_str());
-      ref.sizes = sizes;
-      ref.strides = out_strides;
-      ref.dim = static_cast<int64_t>(rank);
-      ref.dtype = static_cast<int32_t>(dtype);
-      ref.device_type = api.cuda;
-      ref.device_index = device;
+      allocate(api, env, owned, spec.num_inputs + o, shape, rank, dtype, device);
     }
     if (!empty || spec.outputs.empty()) {
-      launch(api, env, device);
+      launch_all(api, env, owned, device);
     }
-    for (std::size_t o = 0; o < spec.outputs.size(); ++o) {
-      stack[o] = reinterpret_cast<StableIValue>(owned.release(spec.num_inputs + o));
+    if (m_outputs_only) {
+      for (std::size_t o = 0; o < spec.outputs.size(); ++o) {
+        stack[o] = reinterpret_cast<StableIValue>(owned.release(spec.num_inputs + o));
+      }
+      return;
+    }
+    for (std::size_t r = 0; r < spec.returns.size(); ++r) {
+      const auto& ret = spec.returns[r];
+      const std::size_t symbol =
+        ret.alias >= 0 ? static_cast<std::size_t>(ret.alias) : spec.num_inputs + ret.output;
+      stack[r] = reinterpret_cast<StableIValue>(owned.release(symbol));
     }
   }
 
 private:
+  // Takes every reference of the stack first (nothing throws before all are owned), then reads
+  // them: optionals unwrapped (torch boxes a present one in a heap StableIValue), strings mapped
+  // to the manifest's integers, int lists copied into the call's pool.
   void bind_inputs(const TorchApi& api, const StableIValue* stack, std::uint64_t num_args,
                    CallEnv& env, Handles& owned) const {
-    const std::size_t n = m_spec->num_inputs;
+    const OpSpec& spec = *m_spec;
+    const std::size_t n = spec.num_inputs;
     if (num_args != n) {
       runtime_error(fmt::format("{}: torch passes {} arguments, the manifest declares {}",
                                 m_qualified, num_args, n));
     }
+    std::array<StableIValue, k_max_symbols> values;
     for (std::size_t i = 0; i < n; ++i) {
-      const StableIValue value = stack[i];
-      switch (m_spec->symbols[i].kind) {
-      case Kind::tensor: {
-        auto* handle = reinterpret_cast<AtenTensorHandle>(value);
-        owned.own(i, handle);
-        env.tensors[i] = read_tensor(api, handle);
+      StableIValue value = stack[i];
+      if (spec.inputs[i].optional) {
+        auto* boxed = reinterpret_cast<StableIValue*>(value);
+        if (boxed == nullptr) {
+          env.absent |= std::uint64_t(1) << i;
+          env.tensors[i].handle = nullptr;
+          values[i] = 0;
+          continue;
+        }
+        value = *boxed;
+        delete boxed;
+      }
+      values[i] = value;
+      switch (spec.inputs[i].type) {
+      case ArgType::tensor:
+        owned.own(i, reinterpret_cast<AtenTensorHandle>(value));
+        break;
+      case ArgType::str:
+        owned.own(i, reinterpret_cast<StringHandle>(value));
+        break;
+      case ArgType::int_list:
+        owned.own(i, reinterpret_cast<StableListHandle>(value));
+        break;
+      default:
         break;
       }
-      case Kind::int_:
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!env.present(static_cast<int>(i))) {
+        continue;
+      }
+      const StableIValue value = values[i];
+      switch (spec.inputs[i].type) {
+      case ArgType::tensor:
+        env.tensors[i] = read_tensor(api, reinterpret_cast<AtenTensorHandle>(value));
+        break;
+      case ArgType::int_:
         std::memcpy(&env.ints[i], &value, sizeof(std::int64_t));
         break;
-      case Kind::float_:
+      case ArgType::float_:
         std::memcpy(&env.floats[i], &value, sizeof(double));
         break;
-      case Kind::bool_: {
+      case ArgType::bool_: {
         bool b = false;
         std::memcpy(&b, &value, sizeof b);
         env.ints[i] = b;
         break;
       }
-      case Kind::dtype: {
+      case ArgType::dtype: {
         std::int32_t code = 0;
         std::memcpy(&code, &value, sizeof code);
         env.ints[i] = code;
         break;
       }
+      case ArgType::str:
+        env.ints[i] = string_value(api, i, reinterpret_cast<StringHandle>(value));
+        break;
+      case ArgType::int_list:
+        read_list(api, i, reinterpret_cast<StableListHandle>(value), env);
+        break;
       }
     }
   }
 
-  // The CUDA device all tensor arguments share; throws ValueError naming the odd one out.
+  std::int64_t string_value(const TorchApi& api, std::size_t i, StringHandle handle) const {
+    const char* data = nullptr;
+    size_t length = 0;
+    check(api.torch_string_c_str(handle, &data), "torch_string_c_str", m_qualified.c_str());
+    check(api.torch_string_length(handle, &length), "torch_string_length", m_qualified.c_str());
+    const std::string_view text(data, length);
+    std::string known;
+    for (const auto& [name, number] : m_spec->inputs[i].strings) {
+      if (name == text) {
+        return number;
+      }
+      known += fmt::format("{}'{}'", known.empty() ? "" : ", ", name);
+    }
+    value_error(fmt::format("{}: argument '{}' is '{}'; expected one of {}", m_qualified,
+                            m_spec->symbols[i].name, text, known));
+  }
+
+  void read_list(const TorchApi& api, std::size_t i, StableListHandle list, CallEnv& env) const {
+    size_t size = 0;
+    check(api.torch_list_size(list, &size), "torch_list_size", m_qualified.c_str());
+    if (env.list_used + size > k_max_list_items) {
+      value_error(fmt::format("{}: argument '{}' has {} items; a kjit op takes at most {} list "
+                              "items in all",
+                              m_qualified, m_spec->symbols[i].name, size, k_max_list_items));
+    }
+    env.list_begin[i] = static_cast<std::uint16_t>(env.list_used);
+    env.list_size[i] = static_cast<std::uint16_t>(size);
+    for (size_t k = 0; k < size; ++k) {
+      StableIValue item = 0;
+      check(api.torch_list_get_item(list, k, &item), "torch_list_get_item", m_qualified.c_str());
+      std::memcpy(&env.list_items[env.list_used++], &item, sizeof(std::int64_t));
+    }
+  }
+
+  // The CUDA device all present tensor arguments share; throws ValueError naming the odd one out.
   int32_t common_device(const TorchApi& api, const CallEnv& env) const {
     const OpSpec& spec = *m_spec;
     int first = -1;
     for (std::size_t i = 0; i < spec.num_inputs; ++i) {
-      if (spec.symbols[i].kind != Kind::tensor) {
+      if (spec.symbols[i].kind != Kind::tensor || env.tensors[i].handle == nullptr) {
         continue;
       }
       const TensorRef& t = env.tensors[i];
@@ -408,47 +396,138 @@ private:
     }
   }
 
-  // The kernel for this call's specialization values on `device` (compiled or fetched once).
-  // The slot of the previous call is checked first, without a lock: a stream of calls with the
-  // same dtypes pays one comparison. Slots live in a deque, so the reference stays valid.
-  const Kernel& kernel(const CallEnv& env, int device) {
-    KernelSlot key;
-    key.device = device;
-    for (std::size_t i = 0; i < m_spec->specialize.size(); ++i) {
-      const Expr& expr = m_spec->specialize[i].expr;
-      key.values[i] = expr.kind() == Kind::dtype
-                        ? static_cast<std::int64_t>(Evaluator(expr, env).dtype())
-                      : expr.kind() == Kind::bool_ ? std::int64_t(Evaluator(expr, env).boolean())
-                                                   : Evaluator(expr, env).integer();
+  // A new contiguous tensor as symbol `symbol` (an output or a workspace), owned by the call;
+  // what torch would answer of it is known but for where it keeps the sizes and strides.
+  void allocate(const TorchApi& api, CallEnv& env, Handles& owned, std::size_t symbol,
+                const std::array<std::int64_t, k_max_rank>& shape, std::size_t rank, DType dtype,
+                int32_t device) const {
+    std::array<std::int64_t, k_max_rank> strides;
+    std::int64_t step = 1;
+    for (std::size_t d = rank; d-- > 0;) {
+      strides[d] = step;
+      step *= std::max<std::int64_t>(shape[d], 1);
     }
-    const KernelSlot* last = m_last.load(std::memory_order_acquire);
-    if (last != nullptr && last->device == key.device && last->values == key.values) {
-      return last->kernel;
+    AtenTensorHandle out = nullptr;
+    check(api.aoti_torch_empty_strided(static_cast<int64_t>(rank), shape.data(), strides.data(),
+                                       static_cast<int32_t>(dtype), api.cuda, device, &out),
+          "aoti_torch_empty_strided", m_qualified.c_str());
+    owned.own(symbol, out);
+    TensorRef& ref = env.tensors[symbol];
+    ref.handle = out;
+    int64_t* sizes = nullptr;
+    int64_t* out_strides = nullptr;
+    check(api.aoti_torch_get_sizes(out, &sizes), "aoti_torch_get_sizes", m_qualified.c_str());
+    check(api.aoti_torch_get_strides(out, &out_strides), "aoti_torch_get_strides",
+          m_qualified.c_str());
+    ref.sizes = sizes;
+    ref.strides = out_strides;
+    ref.dim = static_cast<int64_t>(rank);
+    ref.dtype = static_cast<int32_t>(dtype);
+    ref.device_type = api.cuda;
+    ref.device_index = device;
+  }
+
+  // The workspaces, from torch's caching allocator (stream-ordered: freed when the call
+  // returns, reused only by work queued after it on the stream), zeroed on the stream.
+  void make_workspaces(const TorchApi& api, CallEnv& env, Handles& owned, int32_t device,
+                       void* stream) const {
+    const OpSpec& spec = *m_spec;
+    const std::size_t first = spec.num_inputs + spec.outputs.size();
+    for (std::size_t w = 0; w < spec.workspaces.size(); ++w) {
+      const detail::WorkspaceSpec& ws = spec.workspaces[w];
+      std::array<std::int64_t, k_max_rank> shape;
+      DType dtype{};
+      std::int64_t numel = 1;
+      try {
+        for (std::size_t d = 0; d < ws.shape.size(); ++d) {
+          shape[d] = Evaluator(ws.shape[d], env).integer();
+          if (shape[d] < 0) {
+            value_error(fmt::format("{}: workspace '{}' would have size {} in dimension {}",
+                                    m_qualified, ws.name, shape[d], d));
+          }
+          if (__builtin_mul_overflow(numel, shape[d], &numel)) {
+            value_error(
+              fmt::format("{}: the size of workspace '{}' overflows", m_qualified, ws.name));
+          }
+        }
+        dtype = Evaluator(ws.dtype, env).dtype();
+      } catch (const detail::EvalError& e) {
+        value_error(
+          fmt::format("{}: cannot compute workspace '{}': {}", m_qualified, ws.name, e.what()));
+      }
+      std::int64_t bytes = 0;
+      if (__builtin_mul_overflow(numel, static_cast<std::int64_t>(element_size(int32_t(dtype))),
+                                 &bytes)) {
+        value_error(fmt::format("{}: the size of workspace '{}' overflows", m_qualified, ws.name));
+      }
+      allocate(api, env, owned, first + w, shape, ws.shape.size(), dtype, device);
+      if (ws.zero && bytes > 0) {
+        void* ptr = nullptr;
+        check(api.aoti_torch_get_data_ptr(env.tensors[first + w].handle, &ptr),
+              "aoti_torch_get_data_ptr", m_qualified.c_str());
+        const CUresult result = detail::driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(ptr),
+                                                                 0, static_cast<std::size_t>(bytes),
+                                                                 static_cast<CUstream>(stream));
+        if (result != CUDA_SUCCESS) {
+          runtime_error(fmt::format("{}: cannot zero workspace '{}' ({} bytes): {}", m_qualified,
+                                    ws.name, bytes, detail::driver_error_text(result)));
+        }
+      }
+    }
+  }
+
+  // The kernel slot of launch `l` for this call's specialization values on `device` (compiled or
+  // fetched once). The slot of the launch's previous call is checked first, without a lock: a
+  // stream of calls with the same dtypes pays one comparison. Slots live in a deque, so the
+  // reference stays valid.
+  KernelSlot& kernel(std::size_t l, const CallEnv& env, int device) {
+    const detail::LaunchSpec& launch = m_spec->launches[l];
+    std::array<std::int64_t, k_max_spec> values{};
+    for (std::size_t i = 0; i < launch.specialize.size(); ++i) {
+      const Expr& expr = launch.specialize[i].expr;
+      try {
+        values[i] = expr.kind() == Kind::dtype
+                      ? static_cast<std::int64_t>(Evaluator(expr, env).dtype())
+                    : expr.kind() == Kind::bool_ ? std::int64_t(Evaluator(expr, env).boolean())
+                                                 : Evaluator(expr, env).integer();
+      } catch (const detail::EvalError& e) {
+        value_error(fmt::format("{}: cannot compute specialization {}: {}", m_qualified,
+                                launch.specialize[i].name, e.what()));
+      }
+    }
+    KernelSlot* last = m_last[l].load(std::memory_order_acquire);
+    if (last != nullptr && last->device == device && last->values == values) {
+      return *last;
     }
     std::lock_guard lock(m_mutex);
-    for (const KernelSlot& slot : m_kernels) {
-      if (slot.device == key.device && slot.values == key.values) {
-        m_last.store(&slot, std::memory_order_release);
-        return slot.kernel;
+    for (KernelSlot& slot : m_kernels) {
+      if (slot.launch == l && slot.device == device && slot.values == values) {
+        m_last[l].store(&slot, std::memory_order_release);
+        return slot;
       }
     }
     std::vector<std::pair<std::string, std::string>> texts;
-    for (std::size_t i = 0; i < m_spec->specialize.size(); ++i) {
-      const auto& param = m_spec->specialize[i];
-      texts.emplace_back(param.name, detail::specialization_text(param.expr.kind(), key.values[i]));
+    for (std::size_t i = 0; i < launch.specialize.size(); ++i) {
+      const auto& param = launch.specialize[i];
+      texts.emplace_back(param.name, detail::specialization_text(param.expr.kind(), values[i]));
     }
     const auto start = std::chrono::steady_clock::now();
-    const KernelDecl& decl = m_package.kernels()[m_spec->kernel];
+    const KernelDecl& decl = m_package.kernels()[launch.kernel];
     auto [program, name] = m_package.specialize(decl, texts);
     const auto specialized = std::chrono::steady_clock::now();
-    key.kernel = runtime().kernel(program, name);
+    Kernel kernel = runtime().kernel(program, name);
     using Ms = std::chrono::duration<double, std::milli>;
-    detail::log(LogLevel::debug, "{}: kernel for cuda:{} ready in {:.2f} ms (program {:.2f} ms)",
-                m_qualified, device, Ms(std::chrono::steady_clock::now() - start).count(),
+    detail::log(LogLevel::debug,
+                "{}: kernel '{}' for cuda:{} ready in {:.2f} ms (program {:.2f} ms)", m_qualified,
+                name, device, Ms(std::chrono::steady_clock::now() - start).count(),
                 Ms(specialized - start).count());
-    const KernelSlot& slot = m_kernels.emplace_back(std::move(key));
-    m_last.store(&slot, std::memory_order_release);
-    return slot.kernel;
+    KernelSlot& slot = m_kernels.emplace_back();
+    slot.launch = l;
+    slot.values = values;
+    slot.device = device;
+    slot.kernel = std::move(kernel);
+    m_last[l].store(&slot, std::memory_order_release);
+    return slot;
   }
 
   unsigned launch_dim(const Expr& expr, const CallEnv& env, const char* what) const {
@@ -461,14 +540,17 @@ private:
   }
 
   // Packs one kernel argument into `slot` as the kernel's parameter `size` asks; returns its size.
+  // An absent optional tensor is a null pointer.
   std::size_t pack(const TorchApi& api, const Expr& expr, const CallEnv& env,
                    std::size_t param_size, std::uint64_t& slot, std::size_t index) const {
     switch (expr.kind()) {
     case Kind::tensor: {
       const auto symbol = expr.nodes()[expr.root()].a;
       void* ptr = nullptr;
-      check(api.aoti_torch_get_data_ptr(env.tensors[symbol].handle, &ptr),
-            "aoti_torch_get_data_ptr", m_qualified.c_str());
+      if (env.tensors[symbol].handle != nullptr) {
+        check(api.aoti_torch_get_data_ptr(env.tensors[symbol].handle, &ptr),
+              "aoti_torch_get_data_ptr", m_qualified.c_str());
+      }
       std::memcpy(&slot, &ptr, sizeof ptr);
       return sizeof ptr;
     }
@@ -503,48 +585,17 @@ private:
       return 1;
     }
     case Kind::dtype:
+    case Kind::int_list:
       break;
     }
-    runtime_error(
-      fmt::format("{}: kernel argument {} ('{}') is a dtype", m_qualified, index, expr.text()));
+    runtime_error(fmt::format("{}: kernel argument {} ('{}') is a {}", m_qualified, index,
+                              expr.text(), detail::kind_name(expr.kind())));
   }
 
-  void launch(const TorchApi& api, const CallEnv& env, int32_t device) {
+  void launch_all(const TorchApi& api, CallEnv& env, Handles& owned, int32_t device) {
     const OpSpec& spec = *m_spec;
-    Dim3 grid;
-    Dim3 block;
-    unsigned* grid_dims[] = {&grid.x, &grid.y, &grid.z};
-    unsigned* block_dims[] = {&block.x, &block.y, &block.z};
-    try {
-      for (std::size_t i = 0; i < spec.grid.size(); ++i) {
-        *grid_dims[i] = launch_dim(spec.grid[i], env, "grid size");
-      }
-      for (std::size_t i = 0; i < spec.block.size(); ++i) {
-        *block_dims[i] = launch_dim(spec.block[i], env, "block size");
-      }
-    } catch (const detail::EvalError& e) {
-      value_error(fmt::format("{}: cannot compute the launch geometry: {}", m_qualified, e.what()));
-    }
-    if (grid.x == 0 || grid.y == 0 || grid.z == 0) {
-      return; // nothing to do (zero-size work)
-    }
-    const unsigned shared_mem = launch_dim(spec.shared_mem, env, "shared memory size");
-    const Kernel& kernel = this->kernel(env, device);
-
-    const auto params = kernel.param_sizes();
-    if (!params.empty() && params.size() != spec.args.size()) {
-      runtime_error(fmt::format("{}: the manifest passes {} arguments but kernel '{}' takes {}",
-                                m_qualified, spec.args.size(), kernel.name(), params.size()));
-    }
-    // Only the first args.size() entries are used: not zero-initialized (6 KiB per call).
-    std::array<std::uint64_t, 256> slots;
-    std::array<void*, 256> values;
-    std::array<std::size_t, 256> sizes;
-    for (std::size_t i = 0; i < spec.args.size(); ++i) {
-      const std::size_t want = params.empty() ? 0 : params[i];
-      slots[i] = 0;
-      sizes[i] = pack(api, spec.args[i], env, want, slots[i], i);
-      values[i] = &slots[i];
+    if (spec.uses_device) {
+      env.props = &device_props(device);
     }
     if (api.get_current_cuda_stream == nullptr) {
       runtime_error(m_qualified + ": this torch has no CUDA (libtorch_cuda is not loaded)");
@@ -552,18 +603,106 @@ private:
     void* stream = nullptr;
     check(api.get_current_cuda_stream(device, &stream), "aoti_torch_get_current_cuda_stream",
           m_qualified.c_str());
+    make_workspaces(api, env, owned, device, stream);
+    for (std::size_t l = 0; l < spec.launches.size(); ++l) {
+      launch(api, env, l, device, stream);
+    }
+  }
+
+  void launch(const TorchApi& api, const CallEnv& env, std::size_t l, int32_t device,
+              void* stream) {
+    const detail::LaunchSpec& spec = m_spec->launches[l];
+    Dim3 grid;
+    Dim3 block;
+    unsigned shared_mem = 0;
+    unsigned* grid_dims[] = {&grid.x, &grid.y, &grid.z};
+    unsigned* block_dims[] = {&block.x, &block.y, &block.z};
+    const std::string which =
+      m_spec->launches.size() > 1 ? fmt::format(" (launch {})", l) : std::string();
+    try {
+      if (spec.when && !Evaluator(*spec.when, env).boolean()) {
+        return;
+      }
+      for (std::size_t i = 0; i < spec.grid.size(); ++i) {
+        *grid_dims[i] = launch_dim(spec.grid[i], env, "grid size");
+      }
+      for (std::size_t i = 0; i < spec.block.size(); ++i) {
+        *block_dims[i] = launch_dim(spec.block[i], env, "block size");
+      }
+      if (grid.x == 0 || grid.y == 0 || grid.z == 0) {
+        return; // nothing to do (zero-size work)
+      }
+      shared_mem = launch_dim(spec.shared_mem, env, "shared memory size");
+    } catch (const detail::EvalError& e) {
+      value_error(
+        fmt::format("{}: cannot compute the launch geometry{}: {}", m_qualified, which, e.what()));
+    }
+    KernelSlot& slot = this->kernel(l, env, device);
+    const Kernel& kernel = slot.kernel;
+    if (shared_mem > slot.shared_set.load(std::memory_order_relaxed)) {
+      allow_shared_memory(slot, shared_mem, device, which);
+    }
+
+    const auto params = kernel.param_sizes();
+    if (!params.empty() && params.size() != spec.args.size()) {
+      runtime_error(fmt::format("{}{}: the manifest passes {} arguments but kernel '{}' takes {}",
+                                m_qualified, which, spec.args.size(), kernel.name(),
+                                params.size()));
+    }
+    // Only the first args.size() entries are used: not zero-initialized (6 KiB per call).
+    std::array<std::uint64_t, 256> slots;
+    std::array<void*, 256> values;
+    std::array<std::size_t, 256> sizes;
+    try {
+      for (std::size_t i = 0; i < spec.args.size(); ++i) {
+        const std::size_t want = params.empty() ? 0 : params[i];
+        slots[i] = 0;
+        sizes[i] = pack(api, spec.args[i], env, want, slots[i], i);
+        values[i] = &slots[i];
+      }
+    } catch (const detail::EvalError& e) {
+      value_error(
+        fmt::format("{}: cannot compute the kernel arguments{}: {}", m_qualified, which, e.what()));
+    }
     kernel.launch_packed(grid, block, shared_mem, static_cast<StreamHandle>(stream),
                          std::span(values.data(), spec.args.size()),
                          std::span(sizes.data(), spec.args.size()));
+  }
+
+  // Dynamic shared memory above 48 KiB needs the kernel's opt-in, up to the device's limit.
+  void allow_shared_memory(KernelSlot& slot, unsigned bytes, int32_t device,
+                           const std::string& which) const {
+    const DeviceProps& props = device_props(device);
+    if (bytes > props.max_shared_mem) {
+      value_error(fmt::format("{}{}: the launch asks {} bytes of dynamic shared memory; cuda:{} "
+                              "allows at most {} per block",
+                              m_qualified, which, bytes, device, props.max_shared_mem));
+    }
+    CUdevice dev = 0;
+    const detail::DriverApi& d = detail::driver();
+    CUresult result = d.cuDeviceGet(&dev, device);
+    if (result == CUDA_SUCCESS) {
+      result = d.cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                      static_cast<int>(bytes),
+                                      static_cast<CUkernel>(slot.kernel.handle()), dev);
+    }
+    if (result != CUDA_SUCCESS) {
+      runtime_error(fmt::format("{}{}: cannot allow kernel '{}' {} bytes of dynamic shared "
+                                "memory: {}",
+                                m_qualified, which, slot.kernel.name(), bytes,
+                                detail::driver_error_text(result)));
+    }
+    slot.shared_set.store(bytes, std::memory_order_relaxed);
   }
 
   Package m_package;
   std::shared_ptr<const OpSpec> m_spec;
   std::string m_ns;
   std::string m_qualified;
+  bool m_outputs_only;
   std::mutex m_mutex;
-  std::deque<KernelSlot> m_kernels;               // guarded by m_mutex; elements never move
-  std::atomic<const KernelSlot*> m_last{nullptr}; // the slot of the latest call
+  std::deque<KernelSlot> m_kernels; // guarded by m_mutex; elements never move
+  std::array<std::atomic<KernelSlot*>, k_max_launches> m_last{}; // each launch's latest slot
 };
 
 // The trampoline pool: kernel I runs the op in slot I. Slots are filled once and never freed
@@ -601,13 +740,23 @@ void check_package(const Package& package) {
       throw Error(fmt::format("op '{}' has {} arguments and outputs; kjit ops take at most {}",
                               qualified, spec->symbols.size(), k_max_symbols));
     }
-    if (spec->specialize.size() > k_max_spec) {
-      throw Error(fmt::format("op '{}' has {} specialization placeholders; at most {}", qualified,
-                              spec->specialize.size(), k_max_spec));
+    if (spec->launches.size() > k_max_launches) {
+      throw Error(fmt::format("op '{}' has {} launches; at most {}", qualified,
+                              spec->launches.size(), k_max_launches));
     }
-    if (spec->args.size() > 256) {
-      throw Error(fmt::format("op '{}' passes {} kernel arguments; at most 256", qualified,
-                              spec->args.size()));
+    for (const auto& launch : spec->launches) {
+      if (launch.specialize.size() > k_max_spec) {
+        throw Error(fmt::format("op '{}' has a launch of {} specialization placeholders; at "
+                                "most {}",
+                                qualified, launch.specialize.size(), k_max_spec));
+      }
+      if (launch.args.size() > 256) {
+        throw Error(fmt::format("op '{}' passes {} kernel arguments; at most 256", qualified,
+                                launch.args.size()));
+      }
+    }
+    if (spec->num_inputs > 63) {
+      throw Error(fmt::format("op '{}' has {} arguments; at most 63", qualified, spec->num_inputs));
     }
     for (const auto& out : spec->outputs) {
       if (out.like < 0 && out.shape.size() > k_max_rank) {
@@ -616,11 +765,15 @@ void check_package(const Package& package) {
       }
     }
   }
+  std::size_t needed = 0;
+  for (const auto& spec : package.op_specs()) {
+    needed += spec->aliasing_returns() ? 2 : 1;
+  }
   std::lock_guard lock(g_register_mutex);
-  if (g_used + package.op_specs().size() > k_max_ops) {
+  if (g_used + needed > k_max_ops) {
     throw Error(fmt::format("kjit's torch layer serves at most {} ops per process; {} are "
                             "registered and package '{}' brings {}",
-                            k_max_ops, g_used, package.name(), package.op_specs().size()));
+                            k_max_ops, g_used, package.name(), needed));
   }
 }
 
@@ -631,13 +784,20 @@ void register_cuda(const Package& package, const std::string& ns) {
   TorchLibraryHandle library = nullptr;
   check(api.aoti_torch_library_init_impl(ns.c_str(), "CUDA", __FILE__, __LINE__, &library),
         "aoti_torch_library_init_impl", ns.c_str());
-  for (const auto& spec : package.op_specs()) {
-    auto* state = new OpState(package, spec, ns); // lives as long as the dispatcher's kernel
+  auto add = [&](const std::shared_ptr<const OpSpec>& spec, const std::string& name,
+                 bool outputs_only) {
+    // Lives as long as the dispatcher's kernel.
+    auto* state = new OpState(package, spec, ns, name, outputs_only);
     g_slots[g_used].store(state, std::memory_order_release);
-    check(
-      api.torch_library_impl(library, spec->name.c_str(), k_trampolines[g_used], TORCH_ABI_VERSION),
-      "torch_library_impl", state->qualified().c_str());
+    check(api.torch_library_impl(library, name.c_str(), k_trampolines[g_used], TORCH_ABI_VERSION),
+          "torch_library_impl", state->qualified().c_str());
     ++g_used;
+  };
+  for (const auto& spec : package.op_specs()) {
+    add(spec, spec->name, false);
+    if (spec->aliasing_returns()) {
+      add(spec, twin_name(spec->name), true); // Note [Aliasing returns]
+    }
   }
   // The library handle is never deleted: deleting it would remove the kernels.
 }

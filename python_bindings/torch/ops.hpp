@@ -5,11 +5,19 @@
 // parsed expressions), the CPU implementations and, where the manifest names one, the backward.
 // The CUDA kernel of every op is registered here, as a boxed stable-ABI kernel: checks, outputs,
 // specialization, launch on torch's current stream (with a device guard when the tensors are not
-// on the current device), with no Python on the path. A stable boxed kernel is a bare function pointer that learns nothing of the op it serves,
-// so each op gets one of a fixed pool of trampolines (`k_max_ops`), each reading its own slot.
-// Ops without a backward have torch's autograd fallback (no per-call cost; a Python autograd
-// kernel costs ~5 us a call); kjit turns the fallback's warning on backward into an error
-// (kjit/_torch_layer.py), so such a backward fails naming the op.
+// on the current device), with no Python on the path. A stable boxed kernel is a bare function
+// pointer that learns nothing of the op it serves, so each op gets one of a fixed pool of
+// trampolines (`k_max_ops`), each reading its own slot. Ops without a backward have torch's
+// autograd fallback (no per-call cost; a Python autograd kernel costs ~5 us a call); kjit turns the
+// fallback's warning on backward into an error (kjit/_torch_layer.py), so such a backward fails
+// naming the op.
+//
+// Note [Aliasing returns]: torch functionalizes (for torch.compile) custom ops that write their
+// arguments only when no return aliases an argument. An op declared `f(Tensor(a!) x) -> Tensor(a!)`
+// therefore gets a twin `_kjit_f(Tensor(a!) x) -> ()` (its new outputs, if any, stay): the CPU and
+// CUDA kernels of both are kjit's, the twin's fake kernel makes the new outputs, and `f` also has a
+// CompositeImplicitAutograd kernel (Python) that calls the twin and returns the arguments. Eager
+// calls reach f's own kernels; tracing decomposes f into the twin, which torch functionalizes.
 #pragma once
 
 #include <kjit/package.hpp>
@@ -18,6 +26,11 @@
 #include <string>
 
 namespace kjit::torch_layer {
+
+// The name of the twin of an op whose returns alias its arguments (Note [Aliasing returns]).
+inline std::string twin_name(const std::string& op) {
+  return "_kjit_" + op;
+}
 
 // Resolves torch's stable C ABI (Note [Stable ABI table]): `libtorch_cpu` must be loaded (by
 // `import torch`); `libtorch_cuda` may be absent (a CPU-only torch). Throws kjit::Error.

@@ -34,12 +34,14 @@ namespace kjit::detail {
   X(cuLibraryLoadData)                                                                             \
   X(cuLibraryUnload)                                                                               \
   X(cuLibraryGetKernel)                                                                            \
+  X(cuKernelSetAttribute)                                                                          \
   X(cuLaunchKernel)                                                                                \
   X(cuMemAlloc)                                                                                    \
   X(cuMemFree)                                                                                     \
   X(cuMemcpyHtoD)                                                                                  \
   X(cuMemcpyDtoH)                                                                                  \
-  X(cuMemsetD8)
+  X(cuMemsetD8)                                                                                    \
+  X(cuMemsetD8Async)
 
 // Functions that older drivers lack; their entries may be null.
 #define KJIT_DRIVER_OPTIONAL_FUNCTIONS(X) X(cuKernelGetParamInfo) /* CUDA 12.4 */

@@ -46,6 +46,11 @@ enum CUdevice_attribute_enum : int {
 };
 using CUdevice_attribute = CUdevice_attribute_enum;
 
+enum CUfunction_attribute_enum : int {
+  CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+};
+using CUfunction_attribute = CUfunction_attribute_enum;
+
 // Only passed as null arrays.
 enum CUjit_option_enum : int {};
 using CUjit_option = CUjit_option_enum;
@@ -88,6 +93,8 @@ CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* j
                            unsigned int library_option_count);
 CUresult cuLibraryUnload(CUlibrary library);
 CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary library, const char* name);
+CUresult cuKernelSetAttribute(CUfunction_attribute attribute, int value, CUkernel kernel,
+                              CUdevice device);
 CUresult cuKernelGetParamInfo(CUkernel kernel, std::size_t index, std::size_t* offset,
                               std::size_t* size);
 CUresult cuLaunchKernel(CUfunction function, unsigned int grid_x, unsigned int grid_y,
@@ -99,5 +106,7 @@ CUresult cuMemFree(CUdeviceptr pointer);
 CUresult cuMemcpyHtoD(CUdeviceptr destination, const void* source, std::size_t bytes);
 CUresult cuMemcpyDtoH(void* destination, CUdeviceptr source, std::size_t bytes);
 CUresult cuMemsetD8(CUdeviceptr destination, unsigned char value, std::size_t count);
+CUresult cuMemsetD8Async(CUdeviceptr destination, unsigned char value, std::size_t count,
+                         CUstream stream);
 
 } // extern "C"

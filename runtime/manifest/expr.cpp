@@ -1,7 +1,8 @@
-#include "runtime/expr.hpp"
+#include "runtime/manifest/expr.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <limits>
@@ -23,7 +24,20 @@ constexpr DTypeName k_dtype_names[] = {
   {"fp32", DType::float32},      {"long", DType::int64},      {"int", DType::int32},
 };
 
-enum class Token { end, number, ident, op, lparen, rparen, comma, dot };
+enum class Token {
+  end,
+  number,
+  ident,
+  op,
+  lparen,
+  rparen,
+  comma,
+  dot,
+  question,
+  colon,
+  lbracket,
+  rbracket
+};
 
 class Parser {
 public:
@@ -33,7 +47,7 @@ public:
   }
 
   std::int32_t parse_all() {
-    const std::int32_t root = parse_binary(0);
+    const std::int32_t root = parse_expr();
     if (m_token != Token::end) {
       fail(m_token_start, fmt::format("unexpected '{}'", m_token_text));
     }
@@ -104,6 +118,18 @@ private:
     case '.':
       m_token = Token::dot;
       return;
+    case '?':
+      m_token = Token::question;
+      return;
+    case ':':
+      m_token = Token::colon;
+      return;
+    case '[':
+      m_token = Token::lbracket;
+      return;
+    case ']':
+      m_token = Token::rbracket;
+      return;
     case '+':
     case '-':
     case '*':
@@ -163,6 +189,41 @@ private:
     Depth& operator=(const Depth&) = delete;
   };
 
+  // cond ? a : b, the loosest binding (right-associative); both branches of one kind (int and
+  // float mix to float). Only the branch taken is evaluated.
+  std::int32_t parse_expr() {
+    const Depth depth(*this);
+    const std::int32_t cond = parse_binary(0);
+    if (m_token != Token::question) {
+      return cond;
+    }
+    const std::size_t column = m_token_start;
+    if (kind(cond) != Kind::bool_) {
+      fail(column, fmt::format("'?' needs a bool condition, not {}", kind_name(kind(cond))));
+    }
+    next();
+    const std::int32_t a = parse_expr();
+    expect(Token::colon, "':' of 'cond ? a : b'");
+    const std::int32_t b = parse_expr();
+    const Kind ka = kind(a);
+    const Kind kb = kind(b);
+    const bool numeric =
+      (ka == Kind::int_ || ka == Kind::float_) && (kb == Kind::int_ || kb == Kind::float_);
+    if ((ka != kb && !numeric) || ka == Kind::tensor || ka == Kind::int_list) {
+      fail(column, fmt::format("the branches of '?' are {} and {}: give both one kind",
+                               kind_name(ka), kind_name(kb)));
+    }
+    Node node{NodeOp::select,
+              numeric && ka != kb ? Kind::float_ : ka,
+              cond,
+              a,
+              0,
+              0,
+              static_cast<std::uint32_t>(column + 1)};
+    node.c = b;
+    return add(node);
+  }
+
   std::int32_t parse_binary(int min_precedence) {
     const Depth depth(*this);
     std::int32_t left = parse_unary();
@@ -204,7 +265,7 @@ private:
       if (!(numeric(ka) && numeric(kb)) && ka != kb) {
         mismatch();
       }
-      if (ka == Kind::tensor) {
+      if (ka == Kind::tensor || ka == Kind::int_list) {
         mismatch();
       }
       node.op = op == "==" ? NodeOp::eq : NodeOp::ne;
@@ -254,6 +315,20 @@ private:
 
   std::int32_t parse_postfix() {
     std::int32_t value = parse_primary();
+    if (m_token == Token::lbracket) {
+      const std::size_t column = m_token_start;
+      if (kind(value) != Kind::int_list) {
+        fail(column, fmt::format("'[' indexes an int[] argument, not {}", kind_name(kind(value))));
+      }
+      next();
+      const std::int32_t index = parse_expr();
+      if (kind(index) != Kind::int_) {
+        fail(column, "a list index is an int");
+      }
+      expect(Token::rbracket, "']'");
+      value = add(
+        Node{NodeOp::item, Kind::int_, value, index, 0, 0, static_cast<std::uint32_t>(column + 1)});
+    }
     while (m_token == Token::dot) {
       next();
       if (m_token != Token::ident) {
@@ -276,7 +351,7 @@ private:
       }
       expect(Token::lparen, fmt::format("'(' after '{}'", property));
       if (property == "size" || property == "stride") {
-        node.b = parse_binary(0);
+        node.b = parse_expr();
         if (kind(node.b) != Kind::int_) {
           fail(column, fmt::format("'{}' takes an int dimension", property));
         }
@@ -327,7 +402,7 @@ private:
     }
     if (m_token == Token::lparen) {
       next();
-      const std::int32_t inner = parse_binary(0);
+      const std::int32_t inner = parse_expr();
       expect(Token::rparen, "')'");
       return inner;
     }
@@ -336,19 +411,73 @@ private:
     }
     const std::string_view name = m_token_text;
     next();
-    if (m_token == Token::lparen && (name == "cdiv" || name == "min" || name == "max")) {
+    if (m_token == Token::lparen && name != "present" && name != "aligned" && name != "len" &&
+        name != "next_pow2" && name != "gcd" && name != "cdiv" && name != "min" && name != "max" &&
+        find_symbol(name) < 0) {
+      fail(column, fmt::format("unknown function '{}' (known: cdiv, min, max, gcd, next_pow2, "
+                               "present, aligned, len)",
+                               name));
+    }
+    if (m_token == Token::lparen && find_symbol(name) < 0 &&
+        (name == "present" || name == "aligned" || name == "len")) {
       next();
-      const std::int32_t a = parse_binary(0);
+      const std::int32_t a = parse_primary();
+      const Node& arg = m_nodes[a];
+      Node node{};
+      node.a = a;
+      node.column = col;
+      if (name == "present") {
+        if (arg.op != NodeOp::symbol || arg.value == 0) {
+          fail(column, "present() takes an optional argument (one declared with '?')");
+        }
+        node.op = NodeOp::present;
+        node.kind = Kind::bool_;
+      } else if (name == "len") {
+        if (arg.op != NodeOp::symbol || arg.kind != Kind::int_list) {
+          fail(column, "len() takes an int[] argument");
+        }
+        node.op = NodeOp::len;
+        node.kind = Kind::int_;
+      } else {
+        if (arg.op != NodeOp::symbol || arg.kind != Kind::tensor) {
+          fail(column, "aligned() takes a tensor argument and a number of bytes");
+        }
+        expect(Token::comma, "',' between the arguments of aligned");
+        node.b = parse_expr();
+        if (kind(node.b) != Kind::int_) {
+          fail(column, "aligned() takes a tensor argument and a number of bytes");
+        }
+        node.op = NodeOp::aligned;
+        node.kind = Kind::bool_;
+      }
+      expect(Token::rparen, "')'");
+      return add(node);
+    }
+    if (m_token == Token::lparen && find_symbol(name) < 0 && name == "next_pow2") {
+      next();
+      const std::int32_t a = parse_expr();
+      expect(Token::rparen, "')'");
+      if (kind(a) != Kind::int_) {
+        fail(column, "next_pow2() takes an int");
+      }
+      return add(Node{NodeOp::next_pow2, Kind::int_, a, -1, 0, 0, col});
+    }
+    if (m_token == Token::lparen && find_symbol(name) < 0 &&
+        (name == "cdiv" || name == "min" || name == "max" || name == "gcd")) {
+      next();
+      const std::int32_t a = parse_expr();
       expect(Token::comma, fmt::format("',' between the arguments of {}", name));
-      const std::int32_t b = parse_binary(0);
+      const std::int32_t b = parse_expr();
       expect(Token::rparen, "')'");
       const bool floats = kind(a) == Kind::float_ || kind(b) == Kind::float_;
+      const bool int_only = name == "cdiv" || name == "gcd";
       if ((kind(a) != Kind::int_ && kind(a) != Kind::float_) ||
-          (kind(b) != Kind::int_ && kind(b) != Kind::float_) || (name == "cdiv" && floats)) {
-        fail(column, fmt::format("{}() takes {} arguments", name,
-                                 name == "cdiv" ? "int" : "two int or float"));
+          (kind(b) != Kind::int_ && kind(b) != Kind::float_) || (int_only && floats)) {
+        fail(column,
+             fmt::format("{}() takes {} arguments", name, int_only ? "int" : "two int or float"));
       }
       return add(Node{name == "cdiv"  ? NodeOp::cdiv
+                      : name == "gcd" ? NodeOp::gcd
                       : name == "min" ? NodeOp::min
                                       : NodeOp::max,
                       floats ? Kind::float_ : Kind::int_, a, b, 0, 0, col});
@@ -356,11 +485,29 @@ private:
     if (name == "true" || name == "false") {
       return add(Node{NodeOp::bool_literal, Kind::bool_, -1, -1, name == "true", 0, col});
     }
-    for (std::size_t i = 0; i < m_symbols.size(); ++i) {
-      if (m_symbols[i].name == name) {
-        return add(
-          Node{NodeOp::symbol, m_symbols[i].kind, static_cast<std::int32_t>(i), -1, 0, 0, col});
+    if (const std::int32_t i = find_symbol(name); i >= 0) {
+      return add(
+        Node{NodeOp::symbol, m_symbols[i].kind, i, -1, m_symbols[i].optional ? 1 : 0, 0, col});
+    }
+    if (name == "device" && m_token == Token::dot) {
+      next();
+      const std::string_view property = m_token == Token::ident ? m_token_text : "";
+      static constexpr std::pair<std::string_view, DeviceProp> k_props[] = {
+        {"sm_count", DeviceProp::sm_count},
+        {"max_shared_mem", DeviceProp::max_shared_mem},
+        {"cc", DeviceProp::cc},
+        {"warp_size", DeviceProp::warp_size},
+      };
+      for (const auto& [known, prop] : k_props) {
+        if (property == known) {
+          next();
+          return add(
+            Node{NodeOp::device_prop, Kind::int_, -1, -1, static_cast<std::int64_t>(prop), 0, col});
+        }
       }
+      fail(column, fmt::format("unknown device property '{}' (known: sm_count, max_shared_mem, "
+                               "cc, warp_size)",
+                               property));
     }
     DType dtype{};
     if (parse_dtype(name, dtype)) {
@@ -373,6 +520,15 @@ private:
     }
     fail(column, fmt::format("unknown name '{}' (arguments and outputs: {})", name,
                              known.empty() ? "none" : known));
+  }
+
+  std::int32_t find_symbol(std::string_view name) const {
+    for (std::size_t i = 0; i < m_symbols.size(); ++i) {
+      if (m_symbols[i].name == name) {
+        return static_cast<std::int32_t>(i);
+      }
+    }
+    return -1;
   }
 
   static constexpr int k_max_depth = 200;
@@ -445,6 +601,8 @@ std::string_view kind_name(Kind kind) noexcept {
     return "dtype";
   case Kind::tensor:
     return "Tensor";
+  case Kind::int_list:
+    return "int[]";
   }
   return "?";
 }
@@ -461,6 +619,12 @@ Expr Expr::parse(std::string_view text, const std::vector<Symbol>& symbols) {
     throw ExprError(1, "expression is too large");
   }
   return expr;
+}
+
+bool Expr::uses_device() const noexcept {
+  return std::any_of(m_nodes.begin(), m_nodes.end(), [](const Node& n) {
+    return n.op == NodeOp::device_prop || n.op == NodeOp::aligned;
+  });
 }
 
 bool Expr::uses(std::int32_t symbol) const noexcept {

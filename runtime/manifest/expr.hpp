@@ -1,8 +1,10 @@
 // The small expression language of kernel manifests: checks, sizes, kernel arguments, launch
-// geometry and specializations.
+// geometry, workspaces and specializations.
 //
 //   image.dim() == 3 && image.size(2) == 3      cdiv(image.size(1), 32)
 //   x.dtype == float16 || x.dtype == bfloat16   max(1, min(x.numel() / 256, 65535))
+//   present(bias) ? bias.size(0) : 0            min(next_pow2(x.size(-1)), 1024)
+//   aligned(x, 16) && x.size(-1) % 8 == 0 ? 8 : 1    device.sm_count * 2    dims[0] * len(dims)
 //
 // An expression is parsed once (errors give the column) into a flat node array and type-checked:
 // every node has a kind (int, float, bool, dtype, tensor). Evaluation is a recursive walk, generic
@@ -11,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstdint>
 #include <optional>
@@ -18,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace kjit::detail {
@@ -43,13 +47,24 @@ bool parse_dtype(std::string_view name, DType& out) noexcept;
 // The C++ type NVRTC code uses for `dtype` ("__half", "__nv_bfloat16", "float", ...).
 std::string_view dtype_cpp_type(DType dtype) noexcept;
 
-enum class Kind : std::uint8_t { int_, float_, bool_, dtype, tensor };
+enum class Kind : std::uint8_t { int_, float_, bool_, dtype, tensor, int_list };
 std::string_view kind_name(Kind kind) noexcept;
 
-// A name an expression can use: an op argument or output, with its kind.
+// A name an expression can use: an op argument, output or workspace, with its kind. An optional
+// argument (`Tensor?`, `float?`) may be absent at a call: `present(name)` asks, and any other use
+// of an absent one is an EvalError.
 struct Symbol {
   std::string name;
   Kind kind;
+  bool optional = false;
+};
+
+// What `device.NAME` reads of the device a call runs on (launch-time expressions only).
+enum class DeviceProp : std::uint8_t {
+  sm_count,       // multiprocessors
+  max_shared_mem, // dynamic + static shared memory a block may opt in to, bytes
+  cc,             // compute capability, major * 10 + minor (90 on an H100 or H200)
+  warp_size,
 };
 
 // A parse or type error at `column` (1-based) of the expression text.
@@ -86,7 +101,15 @@ enum class NodeOp : std::uint8_t {
   or_, // binary
   cdiv,
   min,
-  max, // functions
+  max,
+  gcd,
+  next_pow2,
+  present,
+  aligned,
+  len,
+  select,      // cond ? b : c (a, b, c)
+  item,        // list[index] (a: the list symbol, b: the index)
+  device_prop, // functions
   size,
   stride,
   numel,
@@ -100,9 +123,10 @@ struct Node {
   Kind kind;
   std::int32_t a = -1;    // first operand, or the symbol index
   std::int32_t b = -1;    // second operand (for size/stride: the dimension expression)
-  std::int64_t value = 0; // int/bool/dtype literal
+  std::int64_t value = 0; // int/bool/dtype literal; a symbol's optional flag; a DeviceProp
   double number = 0;      // float literal
   std::uint32_t column = 0;
+  std::int32_t c = -1; // third operand (select's false branch)
 };
 
 class Expr {
@@ -116,6 +140,8 @@ public:
   std::int32_t root() const noexcept { return m_root; }
   // Whether a symbol of index `symbol` is used.
   bool uses(std::int32_t symbol) const noexcept;
+  // Whether it reads what only a launch knows: `device.*` or a data pointer (`aligned`).
+  bool uses_device() const noexcept;
 
 private:
   std::string m_text;
@@ -135,7 +161,9 @@ public:
 //   Int numel(int tensor) const;           std::int64_t dim(int tensor) const;
 //   DType dtype(int tensor) const;         bool is_contiguous(int tensor) const;
 //   Int int_value(int symbol) const;       double float_value(int symbol) const;
-//   bool bool_value(int symbol) const;
+//   bool bool_value(int symbol) const;     bool present(int symbol) const;
+//   Int list_item(int symbol, std::int64_t i) const;   std::int64_t list_len(int symbol) const;
+//   bool aligned(int tensor, std::int64_t bytes) const; std::int64_t device_prop(DeviceProp) const;
 //   static Int min(const Int&, const Int&); static Int max(const Int&, const Int&);
 //   static bool truth(bool);                // the result of comparing two Ints
 //   static std::optional<std::int64_t> concrete(const Int&);  // only when Int is symbolic
@@ -151,6 +179,58 @@ public:
   double number() const { return number(m_expr.root()); }
 
 private:
+  // The symbol of a leaf, checked present when it is optional.
+  std::int32_t symbol(std::int32_t node) const {
+    const Node& n = m_nodes[node];
+    if (n.value != 0 && !m_env.present(n.a)) {
+      throw EvalError("'" + symbol_text(n) + "' is None (an absent optional argument) in '" +
+                      m_expr.text() + "': ask present(" + symbol_text(n) + ") first");
+    }
+    return n.a;
+  }
+
+  std::string symbol_text(const Node& n) const {
+    const std::string& text = m_expr.text();
+    std::size_t begin = n.column > 0 ? n.column - 1 : 0;
+    std::size_t end = begin;
+    while (end < text.size() &&
+           (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_')) {
+      ++end;
+    }
+    return text.substr(begin, end - begin);
+  }
+
+  static std::int64_t plain(const Int& v) {
+    if constexpr (std::is_same_v<Int, std::int64_t>) {
+      return v;
+    } else {
+      return v.guard_int(__FILE__, __LINE__);
+    }
+  }
+
+  std::int64_t next_pow2(std::int64_t n) const {
+    if (n > (std::int64_t(1) << 62)) {
+      throw EvalError("integer overflow in next_pow2 in '" + m_expr.text() + "'");
+    }
+    std::int64_t p = 1;
+    while (p < n) {
+      p <<= 1;
+    }
+    return p;
+  }
+
+  std::int64_t gcd(std::int64_t a, std::int64_t b) const {
+    if (a == INT64_MIN || b == INT64_MIN) {
+      throw EvalError("integer overflow in gcd in '" + m_expr.text() + "'");
+    }
+    a = a < 0 ? -a : a;
+    b = b < 0 ? -b : b;
+    while (b != 0) {
+      a = std::exchange(b, a % b);
+    }
+    return a;
+  }
+
   std::int64_t dimension(std::int32_t tensor, std::int32_t node) const {
     const std::int64_t rank = m_env.dim(tensor);
     const Int raw = integer(node);
@@ -245,9 +325,30 @@ private:
     case NodeOp::int_literal:
       return Int(n.value);
     case NodeOp::symbol:
-      return m_env.int_value(n.a);
+      return m_env.int_value(symbol(i));
     case NodeOp::neg:
       return arithmetic(NodeOp::sub, Int(0), integer(n.a));
+    case NodeOp::select:
+      return boolean(n.a) ? integer(n.b) : integer(n.c);
+    case NodeOp::gcd:
+      return Int(gcd(plain(integer(n.a)), plain(integer(n.b))));
+    case NodeOp::next_pow2:
+      return Int(next_pow2(plain(integer(n.a))));
+    case NodeOp::len:
+      return Int(m_env.list_len(symbol(n.a)));
+    case NodeOp::item: {
+      const std::int32_t list = symbol(n.a);
+      const std::int64_t length = m_env.list_len(list);
+      const std::int64_t raw = plain(integer(n.b));
+      const std::int64_t index = raw < 0 ? raw + length : raw;
+      if (index < 0 || index >= length) {
+        throw EvalError("index " + std::to_string(raw) + " is out of range for a list of " +
+                        std::to_string(length) + " in '" + m_expr.text() + "'");
+      }
+      return m_env.list_item(list, index);
+    }
+    case NodeOp::device_prop:
+      return Int(m_env.device_prop(static_cast<DeviceProp>(n.value)));
     case NodeOp::add:
     case NodeOp::sub:
     case NodeOp::mul:
@@ -259,14 +360,18 @@ private:
       return Env::min(integer(n.a), integer(n.b));
     case NodeOp::max:
       return Env::max(integer(n.a), integer(n.b));
-    case NodeOp::size:
-      return m_env.size(m_nodes[n.a].a, dimension(m_nodes[n.a].a, n.b));
-    case NodeOp::stride:
-      return m_env.stride(m_nodes[n.a].a, dimension(m_nodes[n.a].a, n.b));
+    case NodeOp::size: {
+      const std::int32_t t = symbol(n.a);
+      return m_env.size(t, dimension(t, n.b));
+    }
+    case NodeOp::stride: {
+      const std::int32_t t = symbol(n.a);
+      return m_env.stride(t, dimension(t, n.b));
+    }
     case NodeOp::numel:
-      return m_env.numel(m_nodes[n.a].a);
+      return m_env.numel(symbol(n.a));
     case NodeOp::dim:
-      return Int(m_env.dim(m_nodes[n.a].a));
+      return Int(m_env.dim(symbol(n.a)));
     default:
       break;
     }
@@ -287,9 +392,11 @@ private:
     case NodeOp::float_literal:
       return n.number;
     case NodeOp::symbol:
-      return m_env.float_value(n.a);
+      return m_env.float_value(symbol(i));
     case NodeOp::neg:
       return -number(n.a);
+    case NodeOp::select:
+      return boolean(n.a) ? number(n.b) : number(n.c);
     case NodeOp::add:
       return number(n.a) + number(n.b);
     case NodeOp::sub:
@@ -314,7 +421,13 @@ private:
       return static_cast<DType>(n.value);
     }
     if (n.op == NodeOp::dtype_of) {
-      return m_env.dtype(m_nodes[n.a].a);
+      return m_env.dtype(symbol(n.a));
+    }
+    if (n.op == NodeOp::symbol) {
+      return static_cast<DType>(m_env.int_value(symbol(i)));
+    }
+    if (n.op == NodeOp::select) {
+      return boolean(n.a) ? dtype(n.b) : dtype(n.c);
     }
     throw EvalError("internal: node is not a dtype in '" + m_expr.text() + "'");
   }
@@ -325,7 +438,18 @@ private:
     case NodeOp::bool_literal:
       return n.value != 0;
     case NodeOp::symbol:
-      return m_env.bool_value(n.a);
+      return m_env.bool_value(symbol(i));
+    case NodeOp::select:
+      return boolean(n.a) ? boolean(n.b) : boolean(n.c);
+    case NodeOp::present:
+      return m_env.present(m_nodes[n.a].a);
+    case NodeOp::aligned: {
+      const std::int64_t bytes = plain(integer(n.b));
+      if (bytes <= 0) {
+        throw EvalError("aligned() takes a positive number of bytes in '" + m_expr.text() + "'");
+      }
+      return m_env.aligned(symbol(n.a), bytes);
+    }
     case NodeOp::not_:
       return !boolean(n.a);
     case NodeOp::and_:
@@ -333,7 +457,7 @@ private:
     case NodeOp::or_:
       return boolean(n.a) || boolean(n.b);
     case NodeOp::is_contiguous:
-      return m_env.is_contiguous(m_nodes[n.a].a);
+      return m_env.is_contiguous(symbol(n.a));
     case NodeOp::eq:
     case NodeOp::ne:
     case NodeOp::lt:

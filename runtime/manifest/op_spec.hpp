@@ -1,9 +1,12 @@
 // An op of a kernel package with every expression parsed: what the torch layer evaluates per call.
+//
+// Symbols (the names expressions use), in order: the schema's arguments, the new outputs
+// (out0, out1, ...), then the workspaces by name.
 #pragma once
 
 #include <kjit/package.hpp>
 
-#include "runtime/expr.hpp"
+#include "runtime/manifest/expr.hpp"
 
 #include <optional>
 #include <string>
@@ -12,6 +15,25 @@
 
 namespace kjit::detail {
 
+// How a schema argument reaches the kernel: its torch type, as kjit binds it.
+enum class ArgType : std::uint8_t { tensor, int_, float_, bool_, dtype, str, int_list };
+
+struct ArgSpec {
+  ArgType type = ArgType::tensor;
+  bool optional = false;    // `T?`: may be None
+  bool is_mutable = false;  // `Tensor(a!)` / `Tensor!`: the op writes it
+  std::string alias;        // the alias set ("a"), empty for `Tensor!` and for read-only arguments
+  std::string default_text; // as written after '=', or empty
+  // For str arguments: the strings the manifest maps to integers (expressions see the integer).
+  std::vector<std::pair<std::string, std::int64_t>> strings;
+};
+
+// One return of the schema: a new output (index into `outputs`) or a mutated argument.
+struct ReturnSpec {
+  std::int32_t output = -1;
+  std::int32_t alias = -1; // argument index
+};
+
 struct OutputSpec {
   std::vector<Expr> shape;                         // or empty with `like`
   std::int32_t like = -1;                          // symbol index of a tensor argument
@@ -19,33 +41,69 @@ struct OutputSpec {
   std::optional<Expr> dtype;                       // else like's dtype
 };
 
+// A temporary tensor of one call, from torch's caching allocator on the op's stream; never
+// returned, never made by the fake kernel.
+struct WorkspaceSpec {
+  std::string name;
+  std::vector<Expr> shape;
+  Expr dtype;
+  bool zero = false; // cleared on the stream before the first launch
+};
+
 struct SpecParam {
   std::string name; // the placeholder, "T"
   Expr expr;        // kind dtype, int or bool
+};
+
+struct LaunchSpec {
+  std::size_t kernel = 0;   // index into Package::kernels()
+  std::optional<Expr> when; // skipped when false
+  std::vector<Expr> args;
+  std::vector<Expr> grid;
+  std::vector<Expr> block;
+  Expr shared_mem;
+  std::vector<SpecParam> specialize;
 };
 
 struct OpSpec {
   std::string ns; // the package name: torch.ops.<ns>.<name>
   std::string name;
   std::string schema;
-  std::size_t kernel = 0;      // index into Package::kernels()
-  std::vector<Symbol> symbols; // the schema's arguments, then out0, out1, ...
+  std::vector<Symbol> symbols; // arguments, outputs, workspaces
   std::size_t num_inputs = 0;
+  std::vector<ArgSpec> inputs; // one per schema argument
+  std::vector<ReturnSpec> returns;
   std::vector<Expr> checks;
   std::vector<OutputSpec> outputs;
-  std::vector<Expr> args;
-  std::vector<Expr> grid;
-  std::vector<Expr> block;
-  Expr shared_mem;
-  std::vector<SpecParam> specialize;
+  std::vector<WorkspaceSpec> workspaces;
+  std::vector<LaunchSpec> launches;
+  bool uses_device = false; // some launch-time expression reads device.* or aligned()
   std::string cpu;
+
+  // Whether a return aliases a mutated argument: torch cannot functionalize such an op, so the
+  // torch layer registers a twin without those returns (Note [Aliasing returns]).
+  bool aliasing_returns() const noexcept {
+    for (const auto& r : returns) {
+      if (r.alias >= 0) {
+        return true;
+      }
+    }
+    return false;
+  }
 };
 
-// The argument names and kinds of a torch schema string, "name(Tensor x, int n) -> Tensor".
+// The arguments and returns of a torch schema string, "name(Tensor(a!) x, int n=1) -> ()".
+struct SchemaArg {
+  Symbol symbol;
+  ArgSpec spec;
+};
+struct SchemaReturn {
+  std::string alias; // the alias set of `Tensor(a!)`, empty for a new tensor
+};
 struct SchemaInfo {
   std::string name;
-  std::vector<Symbol> arguments;
-  std::size_t returns = 0; // the number of returned tensors
+  std::vector<SchemaArg> arguments;
+  std::vector<SchemaReturn> returns;
 };
 
 // Parses the parts of `schema` kjit needs; throws std::invalid_argument saying what is wrong

@@ -1,6 +1,6 @@
 // libFuzzer target: the expression parser and evaluator must reject or evaluate any input
 // without crashing or undefined behaviour (built with ASan and UBSan).
-#include "runtime/expr.hpp"
+#include "runtime/manifest/expr.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -23,14 +23,20 @@ struct Env {
   Int int_value(int) const { return -7; }
   double float_value(int) const { return 1.5; }
   bool bool_value(int) const { return false; }
+  bool present(int s) const { return s % 2 == 0; }
+  Int list_item(int, std::int64_t i) const { return 4 - i; }
+  std::int64_t list_len(int) const { return 4; }
+  bool aligned(int, std::int64_t bytes) const { return bytes % 2 == 0; }
+  std::int64_t device_prop(kjit::detail::DeviceProp) const { return 132; }
   static Int min(Int a, Int b) { return a < b ? a : b; }
   static Int max(Int a, Int b) { return a < b ? b : a; }
   static bool truth(bool v) { return v; }
 };
 
-const std::vector<kjit::detail::Symbol> k_symbols{{"x", Kind::tensor},   {"y", Kind::tensor},
-                                                  {"n", Kind::int_},     {"eps", Kind::float_},
-                                                  {"flag", Kind::bool_}, {"t", Kind::dtype}};
+const std::vector<kjit::detail::Symbol> k_symbols{
+  {"x", Kind::tensor},          {"y", Kind::tensor},      {"n", Kind::int_},
+  {"eps", Kind::float_},        {"flag", Kind::bool_},    {"t", Kind::dtype},
+  {"bias", Kind::tensor, true}, {"dims", Kind::int_list}, {"s", Kind::float_, true}};
 
 } // namespace
 

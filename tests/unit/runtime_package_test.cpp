@@ -1,7 +1,7 @@
 #include <kjit/error.hpp>
 #include <kjit/package.hpp>
 
-#include "runtime/op_spec.hpp"
+#include "runtime/manifest/op_spec.hpp"
 #include "support/test_support.hpp"
 
 #define TOML_HEADER_ONLY 1
