@@ -23,6 +23,7 @@ from ._errors import ManifestError
 _libraries: list = []  # torch.library.Library objects, kept for the process
 _namespaces: dict[str, str] = {}  # op namespace -> manifest
 _attached = False
+_NO_DEFAULT = object()
 
 
 def attach() -> None:
@@ -66,6 +67,26 @@ class OpSpec:
                     _expr.compile(out["dtype"]) if out["dtype"] is not None else None,
                 )
             )
+
+    def learn_defaults(self, schema) -> None:
+        """The schema's defaults (torch.FunctionSchema), for Python kernels: torch hands them the
+        arguments as the caller gave them."""
+        self.defaults = [a.default_value if a.has_default_value() else _NO_DEFAULT for a in schema.arguments]
+
+    def bind(self, args: tuple, kwargs: dict) -> tuple:
+        """All the arguments, positionally, with the schema's defaults filled in."""
+        if len(args) == self.num_inputs and not kwargs:
+            return args
+        full = list(args)
+        for i in range(len(args), self.num_inputs):
+            name = self.symbols[i]
+            if name in kwargs:
+                full.append(kwargs[name])
+            elif self.defaults[i] is not _NO_DEFAULT:
+                full.append(self.defaults[i])
+            else:
+                raise TypeError(f"{self.qualified}: missing argument '{name}'")
+        return tuple(full)
 
     @property
     def aliasing(self) -> bool:
@@ -179,7 +200,8 @@ class OpSpec:
         """The fake kernel: new outputs of the declared shapes (symbolic where the inputs' are);
         written arguments are left as they are (their metadata does not change)."""
 
-        def fake(*args):
+        def fake(*args, **kwargs):
+            args = self.bind(args, kwargs)
             values = self.values(args)
             device = self.device(values)
             outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_shapes(values)]
@@ -193,7 +215,8 @@ class OpSpec:
         written arguments (Note [Aliasing returns])."""
         twin = getattr(getattr(torch.ops, self.namespace), self.twin).default
 
-        def composite(*args):
+        def composite(*args, **kwargs):
+            args = self.bind(args, kwargs)
             outs = twin(*args)
             outs = [] if outs is None else list(outs) if isinstance(outs, (tuple, list)) else [outs]
             return self.results(args, outs, False)
@@ -206,7 +229,8 @@ class OpSpec:
         written and returns the new outputs (or all the schema's returns, the aliased ones being
         its arguments); they must be what the manifest says."""
 
-        def cpu(*args):
+        def cpu(*args, **kwargs):
+            args = self.bind(args, kwargs)
             values = self.values(args)
             device = self.device(values)
             if device.type != "cpu":
@@ -304,6 +328,7 @@ def register(info: dict, cpu_functions: dict[str, Callable]) -> None:
         raise
     _known_to_inspect()
     for spec in specs:
+        spec.learn_defaults(getattr(getattr(torch.ops, namespace), spec.name).default._schema)
         function = cpu_functions.get(spec.name)
         library.impl(spec.name, spec.cpu(function), "CPU")
         if spec.aliasing:  # Note [Aliasing returns] (ops.hpp)
