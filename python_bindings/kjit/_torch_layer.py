@@ -256,9 +256,16 @@ class OpSpec:
                         )
                 got = [got[k] for k, (o, alias) in enumerate(self.returns) if alias < 0]
             if len(got) != len(declared):
+                aliased = len(self.returns) - len(declared)
+                also = (
+                    f" ({aliased} more returns alias arguments; return all"
+                    f" {len(self.returns)} or only the new ones)"
+                    if aliased
+                    else ""
+                )
                 raise RuntimeError(
                     f"{self.qualified}: the CPU implementation returned {len(got)} values, the "
-                    f"schema declares {len(declared)} new outputs"
+                    f"schema declares {len(declared)} outputs{also}"
                 )
             for o, (out, (shape, dtype)) in enumerate(zip(got, declared)):
                 if not isinstance(out, torch.Tensor):
