@@ -332,7 +332,7 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
   // str arguments and their integers.
   for (const auto& [arg, entries] : decl.strings) {
     const auto it = std::find_if(schema.arguments.begin(), schema.arguments.end(),
-                                 [&](const auto& a) { return a.symbol.name == arg; });
+                                 [&arg = arg](const auto& a) { return a.symbol.name == arg; });
     if (it == schema.arguments.end() || it->spec.type != ArgType::str) {
       reader.fail(where + ".strings." + arg, o->get("strings"),
                   fmt::format("'{}' is not a str argument of the schema", arg));
@@ -482,8 +482,8 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
   }
   for (const auto& [name, values] : decl.warm) {
     const toml::node* node = r.node_of("warm");
-    const auto param =
-      std::find_if(params.begin(), params.end(), [&](const auto& p) { return p.first == name; });
+    const auto param = std::find_if(params.begin(), params.end(),
+                                    [&name = name](const auto& p) { return p.first == name; });
     if (param == params.end()) {
       reader.fail(where + ".warm." + name, node,
                   fmt::format("'{}' is not a placeholder of 'specialize'", name));
