@@ -201,6 +201,7 @@ py::dict export_op(const detail::OpSpec& spec) {
     o["like"] = out.like;
     o["dims"] = dims;
     o["dtype"] = out.dtype ? py::object(export_expr(*out.dtype)) : py::none();
+    o["hidden"] = out.hidden;
     outputs.append(o);
   }
   py::dict d;
@@ -211,6 +212,22 @@ py::dict export_op(const detail::OpSpec& spec) {
   d["returns"] = returns;
   d["checks"] = checks;
   d["outputs"] = outputs;
+  if (spec.backward) {
+    py::list args;
+    for (const auto& arg : spec.backward->args) {
+      const char* source = arg.source == detail::BackwardArg::Source::input    ? "input"
+                           : arg.source == detail::BackwardArg::Source::output ? "output"
+                                                                               : "grad";
+      args.append(py::make_tuple(source, arg.index));
+    }
+    py::dict backward;
+    backward["op"] = spec.backward->op;
+    backward["args"] = args;
+    backward["gradients"] = py::cast(spec.backward->gradients);
+    d["backward"] = backward;
+  } else {
+    d["backward"] = py::none();
+  }
   return d;
 }
 

@@ -15,7 +15,8 @@
 //   [package]        name, version (semver), description
 //   [kernel.NAME]    source, entry ("f" or a template "f<{T}>"), options, include_dirs
 //   [op.NAME]        schema, kernel, checks, outputs, args, grid, block, shared_mem,
-//                    specialize ({T = "x.dtype"}), warm ({T = ["float16", ...]}), cpu, doc
+//                    specialize ({T = "x.dtype"}), warm ({T = ["float16", ...]}), cpu, doc,
+//                    workspaces, strings, [[op.NAME.launch]] tables, backward
 //
 // Every expression is parsed when the package loads; a mistake is a `ManifestError` naming the
 // file, the table and key, the line and the column.
@@ -26,6 +27,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,6 +51,7 @@ struct OutputDecl {
   std::string like;                                       // a tensor argument whose shape to copy
   std::vector<std::pair<std::int64_t, std::string>> dims; // with `like`: dims replaced
   std::string dtype;                                      // a dtype expression; default like's
+  bool hidden = false; // made and saved for the backward, not returned (after the returned ones)
 };
 
 // A temporary tensor of one call (not returned), passed to launches by name.
@@ -70,6 +73,15 @@ struct LaunchDecl {
   std::vector<std::pair<std::string, std::string>> specialize; // placeholder -> expr
 };
 
+// The backward of a differentiable op: another op of the package, called with `args` (names of
+// the forward's arguments, its outputs out0.. (hidden ones too) and the gradients of its returned
+// outputs grad_out0..), whose returns are the gradients of the arguments in `gradients`.
+struct BackwardDecl {
+  std::string op;
+  std::vector<std::string> args;
+  std::vector<std::string> gradients;
+};
+
 struct OpDecl {
   std::string name;
   std::string schema;
@@ -82,6 +94,7 @@ struct OpDecl {
   // str arguments: argument -> (string -> the integer expressions see)
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::int64_t>>>> strings;
   std::string cpu; // a function of the package's __init__.py, or empty
+  std::optional<BackwardDecl> backward;
 };
 
 // A program and kernel name to compile ahead of time.

@@ -57,6 +57,8 @@ class OpSpec:
         self.tensor_inputs = [i for i in range(self.num_inputs) if self.kinds[i] == "Tensor"]
         self.strings = {i: a["strings"] for i, a in enumerate(self.inputs) if a["str"]}
         self.checks = [(c["text"], _expr.compile(c)) for c in op["checks"]]
+        self.hidden = [out["hidden"] for out in op["outputs"]]
+        self.backward = op["backward"]  # None, or {op, args: [(source, index)], gradients}
         self.outputs = []
         for out in op["outputs"]:
             self.outputs.append(
@@ -92,6 +94,12 @@ class OpSpec:
     def aliasing(self) -> bool:
         """Whether a return aliases a written argument (Note [Aliasing returns], ops.hpp)."""
         return any(alias >= 0 for _, alias in self.returns)
+
+    @property
+    def has_twin(self) -> bool:
+        """Whether the op has a twin `_kjit_<name>` that returns every new output (Note
+        [Aliasing returns], Note [Backward ops] in ops.hpp)."""
+        return self.aliasing or self.backward is not None
 
     @property
     def twin(self) -> str:
@@ -224,6 +232,58 @@ class OpSpec:
         composite.__name__ = f"composite_{self.name}"
         return composite
 
+    def autograd(self, library) -> None:
+        """The twin's autograd formula (Note [Backward ops], ops.hpp): saves what the backward's
+        arguments name, and on backward calls the backward op with them and the gradients of
+        the returned outputs; its returns are the gradients of the arguments it names."""
+        namespace_ops = getattr(torch.ops, self.namespace)
+        backward_op = getattr(namespace_ops, self.backward["op"]).default
+        num_inputs, tensor_inputs = self.num_inputs, set(self.tensor_inputs)
+        gradients = list(self.backward["gradients"])
+        hidden = [o for o, h in enumerate(self.hidden) if h]
+        # Per backward argument: ("saved", k), ("value", argument index) or ("grad", output index).
+        plan, saved_from = [], []
+        for source, index in self.backward["args"]:
+            if source == "grad":
+                plan.append(("grad", index))
+            elif source == "output" or index in tensor_inputs:
+                plan.append(("saved", len(saved_from)))
+                saved_from.append((source, index))
+            else:
+                plan.append(("value", index))
+
+        def setup_context(ctx, inputs, output):
+            outs = output if isinstance(output, tuple) else (output,)
+            ctx.save_for_backward(*[inputs[i] if s == "input" else outs[i] for s, i in saved_from])
+            ctx.kjit_values = [inputs[i] if kind == "value" else None for kind, i in plan]
+            ctx.kjit_present = [inputs[i] is not None for i in gradients]
+            if hidden:
+                ctx.mark_non_differentiable(*[outs[o] for o in hidden])
+
+        def backward(ctx, *grads):
+            saved = ctx.saved_tensors
+            args = []
+            for (kind, index), value in zip(plan, ctx.kjit_values):
+                if kind == "saved":
+                    args.append(saved[index])
+                elif kind == "grad":
+                    args.append(grads[index].contiguous())
+                else:
+                    args.append(value)
+            result = backward_op(*args)
+            result = result if isinstance(result, (tuple, list)) else (result,)
+            grads_in = [None] * num_inputs
+            for g, i in enumerate(gradients):
+                if ctx.kjit_present[g] and ctx.needs_input_grad[i]:
+                    grads_in[i] = result[g]
+            return tuple(grads_in)
+
+        setup_context.__name__ = f"setup_context_{self.name}"
+        backward.__name__ = f"backward_{self.name}"
+        torch.library.register_autograd(
+            f"{self.namespace}::{self.twin}", backward, setup_context=setup_context, lib=library
+        )
+
     def cpu(self, function: Callable | None, outputs_only: bool = False) -> Callable:
         """The CPU kernel: checks, then `function`, which writes the arguments the schema marks
         written and returns the new outputs (or all the schema's returns, the aliased ones being
@@ -256,11 +316,14 @@ class OpSpec:
                         )
                 got = [got[k] for k, (o, alias) in enumerate(self.returns) if alias < 0]
             if len(got) != len(declared):
-                aliased = len(self.returns) - len(declared)
+                aliased = sum(1 for _, alias in self.returns if alias >= 0)
+                hidden = sum(self.hidden)
                 also = (
                     f" ({aliased} more returns alias arguments; return all"
                     f" {len(self.returns)} or only the new ones)"
                     if aliased
+                    else f" ({hidden} of them hidden, which it returns too, after the others)"
+                    if hidden
                     else ""
                 )
                 raise RuntimeError(
@@ -323,7 +386,7 @@ def register(info: dict, cpu_functions: dict[str, Callable]) -> None:
         raise _manifest_error(manifest, "package.name", f"cannot define op namespace '{namespace}': {e}") from None
     try:
         for op, spec in zip(info["ops"], specs):
-            schemas = [op["schema"]] + ([spec.twin_schema(op["schema"])] if spec.aliasing else [])
+            schemas = [op["schema"]] + ([spec.twin_schema(op["schema"])] if spec.has_twin else [])
             for schema in schemas:
                 try:
                     library.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
@@ -337,11 +400,14 @@ def register(info: dict, cpu_functions: dict[str, Callable]) -> None:
     for spec in specs:
         spec.learn_defaults(getattr(getattr(torch.ops, namespace), spec.name).default._schema)
         function = cpu_functions.get(spec.name)
-        library.impl(spec.name, spec.cpu(function), "CPU")
-        if spec.aliasing:  # Note [Aliasing returns] (ops.hpp)
+        if spec.backward is None:  # Note [Backward ops]: f is the composite alone
+            library.impl(spec.name, spec.cpu(function), "CPU")
+        if spec.has_twin:  # Note [Aliasing returns], Note [Backward ops] (ops.hpp)
             torch.library.register_fake(f"{namespace}::{spec.twin}", spec.fake(True), lib=library)
             library.impl(spec.twin, spec.cpu(function, True), "CPU")
             library.impl(spec.name, spec.composite(), "CompositeImplicitAutograd")
+            if spec.backward is not None:
+                spec.autograd(library)
         else:
             torch.library.register_fake(spec.qualified, spec.fake(), lib=library)
     # Ops without a backward have torch's autograd fallback, which only warns when a backward

@@ -18,6 +18,17 @@
 // CUDA kernels of both are kjit's, the twin's fake kernel makes the new outputs, and `f` also has a
 // CompositeImplicitAutograd kernel (Python) that calls the twin and returns the arguments. Eager
 // calls reach f's own kernels; tracing decomposes f into the twin, which torch functionalizes.
+//
+// Note [Backward ops]: an op with a `backward` (another op of the package) is differentiable. Its
+// outputs may include hidden ones (saved for the backward, not returned, e.g. a norm's rstd), so
+// what autograd records is a twin `_kjit_f` with the same arguments that returns every output:
+// the twin has kjit's CPU and CUDA kernels, a fake kernel and torch.library's autograd formula
+// (save what the backward's `args` name; on backward, call the backward op with them and the
+// gradients of the returned outputs, made contiguous). `f` itself has only a
+// CompositeImplicitAutograd kernel (Python) that calls the twin and returns the schema's
+// outputs, so that eager calls and torch.compile alike reach the twin's autograd formula (a
+// CUDA kernel of f's own would take precedence over the composite and bypass autograd).
+// Mutating ops cannot have a backward (torch refuses autograd of mutating custom ops).
 #pragma once
 
 #include <kjit/package.hpp>

@@ -40,11 +40,17 @@ OutputDecl read_output_decl(const ManifestReader& reader, const toml::node& node
   if (t == nullptr) {
     reader.fail(out_where, &node, "expected a table {shape = [...], dtype = ...}");
   }
-  reader.check_keys(*t, out_where, {"shape", "like", "dims", "dtype"});
+  reader.check_keys(*t, out_where, {"shape", "like", "dims", "dtype", "hidden"});
   OutputDecl out;
   out.shape = reader.list(*t, "shape", out_where, true);
   out.like = reader.string(*t, "like", out_where, false);
   out.dtype = reader.string(*t, "dtype", out_where, false);
+  if (const toml::node* hidden = t->get("hidden")) {
+    if (!hidden->is_boolean()) {
+      reader.fail(out_where + ".hidden", hidden, "expected true or false");
+    }
+    out.hidden = hidden->as_boolean()->get();
+  }
   if (const toml::node* dims = t->get("dims")) {
     const auto* dims_table = dims->as_table();
     if (dims_table == nullptr) {
@@ -141,7 +147,8 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
   }
   reader.check_keys(*o, where,
                     {"schema", "doc", "checks", "outputs", "workspaces", "launch", "kernel", "args",
-                     "grid", "block", "shared_mem", "specialize", "warm", "strings", "cpu"});
+                     "grid", "block", "shared_mem", "specialize", "warm", "strings", "cpu",
+                     "backward"});
   OpDecl decl;
   decl.name = std::string(key);
   if (decl.name.starts_with("_kjit_")) {
@@ -151,6 +158,18 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
   decl.doc = reader.string(*o, "doc", where, false);
   decl.cpu = reader.string(*o, "cpu", where, false);
   decl.checks = reader.list(*o, "checks", where, true);
+  if (const toml::node* backward = o->get("backward")) {
+    const std::string at = where + ".backward";
+    const auto* t = backward->as_table();
+    if (t == nullptr) {
+      reader.fail(at, backward,
+                  "expected a table {op = \"NAME\", args = [...], gradients = [...]}");
+    }
+    reader.check_keys(*t, at, {"op", "args", "gradients"});
+    decl.backward =
+      BackwardDecl{reader.string(*t, "op", at, true), reader.list(*t, "args", at, false, true),
+                   reader.list(*t, "gradients", at, false, true)};
+  }
 
   if (const toml::node* launches = o->get("launch")) {
     for (std::string_view own : {"kernel", "args", "grid", "block", "shared_mem", "specialize"}) {
@@ -324,10 +343,32 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
                 "declare each tensor the kernel writes as Tensor(a!) (or Tensor!), or return "
                 "the new tensors");
   }
-  if (decl.outputs.size() != new_outputs) {
+  std::size_t returned = 0; // outputs before the first hidden one
+  while (returned < decl.outputs.size() && !decl.outputs[returned].hidden) {
+    ++returned;
+  }
+  for (std::size_t i = returned; i < decl.outputs.size(); ++i) {
+    const std::string at = fmt::format("{}.outputs[{}]", where, i);
+    if (!decl.outputs[i].hidden) {
+      reader.fail(at, o->get("outputs"),
+                  "hidden outputs come after the returned ones: move this one before them");
+    }
+    if (!decl.backward) {
+      reader.fail(at + ".hidden", o->get("outputs"),
+                  "a hidden output is saved for the backward, and the op declares none: give "
+                  "it a 'backward' or drop the output");
+    }
+  }
+  if (returned != new_outputs) {
     reader.fail(where + ".outputs", o->get("outputs"),
-                fmt::format("the schema returns {} new tensor(s) but {} output(s) are declared",
-                            new_outputs, decl.outputs.size()));
+                fmt::format("the schema returns {} new tensor(s) but {} output(s) are declared{}",
+                            new_outputs, returned,
+                            returned == decl.outputs.size() ? "" : " (hidden ones not counted)"));
+  }
+  if (decl.backward && writes) {
+    reader.fail(where + ".backward", o->get("backward"),
+                "an op that writes its arguments cannot be differentiable (torch refuses "
+                "autograd for mutating custom ops): make it functional, or drop 'backward'");
   }
   // str arguments and their integers.
   for (const auto& [arg, entries] : decl.strings) {
@@ -359,6 +400,7 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
     const std::string out_where = fmt::format("{}.outputs[{}]", where, i);
     const toml::node* node = r.node_of("outputs");
     OutputSpec output;
+    output.hidden = out.hidden;
     if (out.like.empty() == out.shape.empty()) {
       reader.fail(out_where, node, "give either 'shape' or 'like'");
     }

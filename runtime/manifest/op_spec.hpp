@@ -39,6 +39,23 @@ struct OutputSpec {
   std::int32_t like = -1;                          // symbol index of a tensor argument
   std::vector<std::pair<std::int64_t, Expr>> dims; // with `like`
   std::optional<Expr> dtype;                       // else like's dtype
+  bool hidden = false;                             // saved for the backward, not returned
+};
+
+// What one argument of a backward call is: an argument of the forward, one of its outputs
+// (hidden ones too), or the gradient of a returned output.
+struct BackwardArg {
+  enum class Source : std::uint8_t { input, output, grad };
+  Source source = Source::input;
+  std::int32_t index = 0; // argument or output index
+};
+
+struct BackwardSpec {
+  std::string op;           // an op of the same package
+  std::size_t op_index = 0; // into Package::op_specs()
+  std::vector<BackwardArg> args;
+  std::vector<std::int32_t>
+    gradients; // the forward argument each return of `op` is the gradient of
 };
 
 // A temporary tensor of one call, from torch's caching allocator on the op's stream; never
@@ -79,6 +96,7 @@ struct OpSpec {
   std::vector<LaunchSpec> launches;
   bool uses_device = false; // some launch-time expression reads device.* or aligned()
   std::string cpu;
+  std::optional<BackwardSpec> backward; // linked when the whole package is read
 
   // Whether a return aliases a mutated argument: torch cannot functionalize such an op, so the
   // torch layer registers a twin without those returns (Note [Aliasing returns]).
@@ -90,6 +108,10 @@ struct OpSpec {
     }
     return false;
   }
+
+  // Whether the torch layer registers a twin `_kjit_<name>` that returns every new output
+  // (Note [Aliasing returns], Note [Backward ops]).
+  bool has_twin() const noexcept { return backward.has_value() || aliasing_returns(); }
 };
 
 // The arguments and returns of a torch schema string, "name(Tensor(a!) x, int n=1) -> ()".

@@ -296,11 +296,14 @@ Package Package::load(const std::filesystem::path& path) {
     if (table == nullptr) {
       reader.fail("op", ops, "expected tables [op.NAME]");
     }
+    std::vector<std::shared_ptr<detail::OpSpec>> specs;
     for (const auto& [key, value] : *table) {
       auto [decl, spec] = detail::read_op(reader, impl->name, key.str(), value, impl->kernels);
-      impl->specs.push_back(std::move(spec));
+      specs.push_back(std::move(spec));
       impl->ops.push_back(std::move(decl));
     }
+    detail::link_backwards(reader, *table, impl->ops, specs);
+    impl->specs.assign(specs.begin(), specs.end());
   }
   Package result;
   result.m_impl = std::move(impl);

@@ -138,4 +138,10 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
                                                    const toml::node& table,
                                                    const std::vector<KernelDecl>& kernels);
 
+// Links each op's `backward` to the op it names (all of `decls`, read from the table `ops`, with
+// their `specs`), checking the arguments given to it and the gradients it returns.
+void link_backwards(const ManifestReader& reader, const toml::table& ops,
+                    const std::vector<OpDecl>& decls,
+                    const std::vector<std::shared_ptr<OpSpec>>& specs);
+
 } // namespace kjit::detail

@@ -1,6 +1,7 @@
 """The manifest features real kernels need, on the test package tests/packages/optest: written
 arguments (and returns aliasing them), optionals, str and int[] arguments, several launches with
-a workspace, device properties, computed template constants, dynamic shared memory. On CPU the
+a workspace, device properties, computed template constants, dynamic shared memory, a backward
+that is another op with a hidden output saved for it. On CPU the
 package's CPU kernels run; on a GPU its CUDA kernels, against them."""
 
 from pathlib import Path
@@ -37,7 +38,13 @@ def samples(device):
         "total": [(randn(10000),), (randn(0),)],
         "tile": [(randn(33), [3]), (randn(4), [0])],
         "reverse": [(randn(300),)],
+        "rms": [(randn(4, 300), randn(300)), (randn(0, 16), randn(16), 1e-3)],
+        "rms_backward": [(randn(4, 300), randn(4, 300), randn(300), randn(4).abs())],
     }
+
+
+def reference_rms(x, weight, eps=1e-6):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
 def test_the_schemas_carry_alias_annotations(optest):
@@ -131,3 +138,63 @@ def test_warm_covers_the_computed_constants(optest):
     names = {kernel for _, kernel in kjit._C.load_package(str(PACKAGE), "optest")["warm"]}
     assert {"add_rms_kernel<32>", "add_rms_kernel<1024>", "bias_act_kernel<true, 0>", "bias_act_kernel<false, 1>"} <= names
     assert {"partial_sum_kernel", "final_sum_kernel"} <= names
+
+
+def test_a_differentiable_op_passes_gradcheck_on_cpu_in_float64(optest):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(5, 12, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(12, dtype=torch.float64, generator=g, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: optest.rms(a, b, 1e-5), (x, w))
+    # Only the gradient asked for is returned (the other argument needs none).
+    (dx,) = torch.autograd.grad(optest.rms(x, w.detach()).sum(), [x])
+    assert dx.shape == x.shape
+    # opcheck's autograd tests, with gradients required, on the op and on its twin.
+    for op in (torch.ops.optest.rms, torch.ops.optest._kjit_rms):
+        torch.library.opcheck(op, (x, w))
+
+
+def test_the_hidden_output_is_made_but_not_returned(optest):
+    x, w = torch.randn(3, 20), torch.randn(20)
+    y = optest.rms(x, w)
+    assert isinstance(y, torch.Tensor) and y.shape == x.shape
+    y2, rstd = torch.ops.optest._kjit_rms(x, w)  # Note [Backward ops]: the twin returns it
+    torch.testing.assert_close(y2, y)
+    torch.testing.assert_close(rstd, torch.rsqrt(x.pow(2).mean(-1) + 1e-6))
+    assert "-> (Tensor, Tensor)" in str(torch.ops.optest._kjit_rms.default._schema)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=cuda)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_backward_matches_autograd_of_the_reference(optest, device, dtype):
+    g = torch.Generator().manual_seed(3)
+    x0 = torch.randn(7, 1000, dtype=dtype, generator=g).to(device)
+    w0 = torch.randn(1000, dtype=dtype, generator=g).to(device)
+    upstream = torch.randn(7, 1000, dtype=dtype, generator=g).to(device)
+    grads = []
+    for f in (optest.rms, reference_rms):
+        x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+        y = f(x, w)
+        (y * upstream).sum().backward()
+        grads.append((y.detach(), x.grad, w.grad))
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {}
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want, **tol)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=cuda)])
+def test_backward_under_torch_compile_matches_eager(optest, device):
+    def loss(x, w):
+        h = optest.rms(x * 2, w)  # an intermediate input: the gradient flows through it
+        return (h * h).sum() + optest.rms(x, w).mean()
+
+    g = torch.Generator().manual_seed(4)
+    x0, w0 = torch.randn(6, 96, generator=g).to(device), torch.randn(96, generator=g).to(device)
+    results = []
+    for f in (loss, torch.compile(loss, fullgraph=True, dynamic=True)):
+        x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+        value = f(x, w)
+        value.backward()
+        results.append((value.detach(), x.grad, w.grad))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+

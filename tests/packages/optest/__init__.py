@@ -28,3 +28,15 @@ def tile_cpu(x, reps):
 
 def reverse_cpu(x):
     return x.flip(0)
+
+
+def rms_cpu(x, weight, eps):
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + eps)
+    return x * rstd[:, None] * weight, rstd  # the returned output, then the hidden one
+
+
+def rms_backward_cpu(grad, x, weight, rstd):
+    r = rstd[:, None]
+    gw = grad * weight
+    dx = r * (gw - x * r * r * (gw * x).mean(-1, keepdim=True))
+    return dx, (grad * x * r).sum(0)

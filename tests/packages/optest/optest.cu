@@ -111,3 +111,71 @@ extern "C" __global__ void reverse_kernel(float* out, const float* x, int n) {
     out[i] = buffer[n - 1 - i];
   }
 }
+
+// The sum of `v` over a block of 256 threads (every thread gets it).
+template <typename T>
+__device__ T block_sum_256(T v) {
+  __shared__ T s[256];
+  s[threadIdx.x] = v;
+  __syncthreads();
+  for (int k = 128; k > 0; k /= 2) {
+    if (threadIdx.x < k) {
+      s[threadIdx.x] += s[threadIdx.x + k];
+    }
+    __syncthreads();
+  }
+  const T total = s[0];
+  __syncthreads();
+  return total;
+}
+
+// y = x * rstd * weight with rstd = rsqrt(mean(x^2) + eps) saved per row: one block per row.
+template <typename T>
+__global__ void rms_kernel(T* y, T* rstd, const T* x, const T* weight, T eps, int n) {
+  const long long row = blockIdx.x;
+  const T* xr = x + row * n;
+  T sum = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    sum += xr[i] * xr[i];
+  }
+  const T r = T(1) / sqrt(block_sum_256(sum) / n + eps);
+  if (threadIdx.x == 0) {
+    rstd[row] = r;
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    y[row * n + i] = xr[i] * r * weight[i];
+  }
+}
+
+// The backward, launch 1: dx = rstd * (g * w - x * rstd^2 * mean(g * w * x)), one block per row.
+template <typename T>
+__global__ void rms_dx_kernel(T* dx, const T* grad, const T* x, const T* weight, const T* rstd,
+                              int n) {
+  const long long row = blockIdx.x;
+  const T* g = grad + row * n;
+  const T* xr = x + row * n;
+  const T r = rstd[row];
+  T sum = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    sum += g[i] * weight[i] * xr[i];
+  }
+  const T mean = block_sum_256(sum) / n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    dx[row * n + i] = r * (g[i] * weight[i] - xr[i] * r * r * mean);
+  }
+}
+
+// Launch 2: dweight = sum over rows of g * x * rstd, one thread per column.
+template <typename T>
+__global__ void rms_dw_kernel(T* dweight, const T* grad, const T* x, const T* rstd, int rows,
+                              int n) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= n) {
+    return;
+  }
+  T sum = 0;
+  for (long long row = 0; row < rows; ++row) {
+    sum += grad[row * n + col] * x[row * n + col] * rstd[row];
+  }
+  dweight[col] = sum;
+}
