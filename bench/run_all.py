@@ -8,7 +8,8 @@ chart bench/results.png (copies of both, the JSON results and the logs go to --o
 
 Suites: bench_runtime (C++: cold/warm first use, lookup, launch, header-heavy compiles),
 bench_first_use.py (kjit and each peer in new processes), bench_ops.py (per call and
-bandwidth, with the peers), bench_warm.py (`kjit warm` scaling with jobs), bench_remote.py (the
+bandwidth, with the peers), bench_real_ops.py (per call of in-place and optional ops, and the
+cost of each launch in an op's list, against an AOT extension), bench_warm.py (`kjit warm` scaling with jobs), bench_remote.py (the
 fleet tier against real redis-servers).
 """
 
@@ -22,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SUITES = ["runtime", "first_use", "ops", "warm", "remote"]
+SUITES = ["runtime", "first_use", "ops", "real_ops", "warm", "remote"]
 
 
 def run(name, command, out):
@@ -123,6 +124,18 @@ def render(out, command, note=""):
         rows.append((f"{a['op']} {a['dtype']} [16384, 2x8192]",
                      f"{gbps:.0f} GB/s = {gbps / copy:.1%} of copy; {a['torch eager'] / a['kjit']:.2f}x eager",
                      ">= 85% of copy, >= eager", gbps / copy >= 0.85 and a["kjit"] <= a["torch eager"]))
+    real = load(out, "real_ops") or {}
+    burst = real.get("burst", {})
+    for name, ratio in real.get("ratios", {}).items():
+        also = f" (burst {burst['ratios'][name]:.3f}x)" if burst else ""
+        rows.append((f"per call from Python, {name}", f"{ratio:.3f}x AOT{also}", "<= 1.05x AOT",
+                     ratio <= 1.05))
+    slope = real.get("launch_slope_us")
+    if slope:
+        extra = slope["kjit"] - slope["cuLaunchKernel"]
+        rows.append(("each extra launch in an op's list, host time",
+                     f"{slope['kjit']:.2f} us vs raw cuLaunchKernel {slope['cuLaunchKernel']:.2f} us "
+                     f"= {extra:+.2f} us", "<= +0.5 us", extra <= 0.5))
     default = [r for r in warm.get("rows", []) if r["pch"]]
     if default:
         worst = min(r["speedup"] / r["jobs"] for r in default)
@@ -182,6 +195,35 @@ def render(out, command, note=""):
             jit = f"{a['jiterator']:.3f} ms" if "jiterator" in a else "-"
             lines.append(f"| {a['op']} {a['dtype']} | {a['kjit']:.3f} ms | {a['torch eager']:.3f} ms | "
                          f"{jit} | {a['bytes'] / a['kjit'] / 1e6 / copy:.1%} |")
+    if real:
+        us, bus = real["per_call_us"], real["burst"]["per_call_us"]
+        lines += ["", "## Real-op features, per call from Python (`bench_real_ops.py`)", "",
+                  "Test package optest's kernels through kjit and through an nvcc AOT extension "
+                  "(`bench/aot/optest_aot.cu`) with the same checks, 4 x 48 float32; the launch "
+                  "list is one op of bench/packages/launches with 1 and 8 launches of a tiny kernel, "
+                  "against a C++ loop of launches. Host time per call, measured two ways, each in "
+                  "alternation between the systems: *steady*, rounds of 2000 calls (as the per-call "
+                  "rows above; the targets use it), and *burst*, 50 calls from an idle GPU. "
+                  f"Measured on {real['device']} (torch {real['torch']}), {real.get('date', '?')}, "
+                  "with `python3 bench/bench_real_ops.py --root DIR --json real_ops.json` (the "
+                  "suite `real_ops` of run_all.py).", "",
+                  "| call | kjit steady | AOT steady | ratio | kjit burst | AOT burst | ratio |",
+                  "|---|---|---|---|---|---|---|"]
+        for label, key in [("add_rms_(x!, residual!, weight, eps) -> ()", "add_rms_"),
+                           ("bias_act(x, bias, \"relu\")", "bias_act(bias)"),
+                           ("bias_act(x, None, \"relu\")", "bias_act(None)")]:
+            k, a, bk, ba = us[f"{key} kjit"], us[f"{key} AOT"], bus[f"{key} kjit"], bus[f"{key} AOT"]
+            lines.append(f"| {label} | {k:.2f} us | {a:.2f} us | {k / a:.3f}x | {bk:.2f} us | "
+                         f"{ba:.2f} us | {bk / ba:.3f}x |")
+        lines += ["", "| launches per call (steady) | kjit op | C++ loop, <<<>>> | C++ loop, cuLaunchKernel |",
+                  "|---|---|---|---|"]
+        for n, key in [(1, "1 launch"), (8, "8 launches")]:
+            lines.append(f"| {n} | {us[key + ' kjit']:.2f} us | {us[key + ' <<<>>>']:.2f} us | "
+                         f"{us[key + ' cuLaunchKernel']:.2f} us |")
+        for label, s in [("each extra (slope), steady", real["launch_slope_us"]),
+                         ("each extra (slope), burst", real["burst"]["launch_slope_us"])]:
+            lines.append(f"| {label} | {s['kjit']:.2f} us | {s['<<<>>>']:.2f} us | "
+                         f"{s['cuLaunchKernel']:.2f} us |")
     if warm.get("rows"):
         lines += ["", f"## Pre-warm throughput (`bench_warm.py`, {warm['cores']} cores)", "",
                   f"`kjit warm` of img2gray and activation for {warm['archs']}, empty cache each time.",
@@ -325,6 +367,9 @@ def main():
         if "ops" in suites:
             run("ops", [py, str(HERE / "bench_ops.py"), "--root", str(root), "--json",
                         str(out / "ops.json")], out)
+        if "real_ops" in suites:
+            run("real_ops", [py, str(HERE / "bench_real_ops.py"), "--root", str(root), "--json",
+                             str(out / "real_ops.json")], out)
         if "warm" in suites:
             run("warm", [py, str(HERE / "bench_warm.py"), "--kjit", str(build / "tools" / "kjit"),
                          "--json", str(out / "warm.json")], out)
