@@ -1,4 +1,5 @@
-"""The README's Python quickstart runs as written (on a GPU)."""
+"""The README's Python quickstart runs as written (on a GPU); its manifest examples are the test
+package's, which the tests run."""
 
 import re
 from pathlib import Path
@@ -24,3 +25,14 @@ def test_quickstart_runs():
     exec(compile(python_quickstart(), "README.md", "exec"), namespace)
     assert namespace["gray"].shape == (1080, 1920)
     assert namespace["y"].shape == (8, 128)
+
+
+def test_the_real_op_examples_are_the_test_package_s():
+    text = README.read_text()
+    section = text[text.index("### Ops that real kernels need") :]
+    section = section[: section.index("\n## ")]
+    blocks = re.findall(r"```toml\n(.*?)```", section, re.S)
+    manifest = (README.parent / "tests" / "packages" / "optest" / "kernel.toml").read_text()
+    assert len(blocks) == 4
+    for block in blocks:
+        assert block in manifest, block.splitlines()[0]
