@@ -9,7 +9,8 @@ chart bench/results.png (copies of both, the JSON results and the logs go to --o
 Suites: bench_runtime (C++: cold/warm first use, lookup, launch, header-heavy compiles),
 bench_first_use.py (kjit and each peer in new processes), bench_ops.py (per call and
 bandwidth, with the peers), bench_real_ops.py (per call of in-place and optional ops, and the
-cost of each launch in an op's list, against an AOT extension), bench_warm.py (`kjit warm` scaling with jobs), bench_remote.py (the
+cost of each launch in an op's list, against an AOT extension), bench_kernels.py (the kernel
+library against Liger, torch.compile and eager), bench_warm.py (`kjit warm` scaling with jobs), bench_remote.py (the
 fleet tier against real redis-servers).
 """
 
@@ -17,13 +18,14 @@ import argparse
 import datetime
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SUITES = ["runtime", "first_use", "ops", "real_ops", "warm", "remote"]
+SUITES = ["runtime", "first_use", "ops", "real_ops", "kernels", "warm", "remote"]
 
 
 def run(name, command, out):
@@ -54,6 +56,16 @@ PEER_ORDER = ["kjit", "AOT extension", "load_inline", "CuPy RawKernel", "Triton"
               "torch eager"]
 FIRST_USE_NAMES = {"kjit": "kjit", "aot": "AOT extension (nvcc build)", "load_inline": "load_inline",
                    "cupy": "CuPy RawKernel", "triton": "Triton", "jiterator": "jiterator"}
+
+
+def kernel_row_met(row, copy, share):
+    """A kernel-library row meets its target: kjit at `share` of copy and ahead of Liger and of
+    torch.compile (each where it ran)."""
+    ms = row["ms"]
+    if "kjit" not in ms:
+        return False
+    ahead = all(ms["kjit"] <= ms[peer] for peer in ("Liger", "torch.compile") if peer in ms)
+    return row["bytes"] / ms["kjit"] / 1e6 / copy >= share and ahead
 
 
 def stored_note(out):
@@ -136,6 +148,21 @@ def render(out, command, note=""):
         rows.append(("each extra launch in an op's list, host time",
                      f"{slope['kjit']:.2f} us vs raw cuLaunchKernel {slope['cuLaunchKernel']:.2f} us "
                      f"= {extra:+.2f} us", "<= +0.5 us", extra <= 0.5))
+    kernels = load(out, "kernels") or {}
+    for size, share in [("large", 0.90), ("mid", 0.70)]:
+        group = [r for r in kernels.get("rows", []) if r["size"] == size]
+        if group:
+            met = [r for r in group if kernel_row_met(r, kernels["copy_gbps"], share)]
+            rows.append((f"kernel library, {size} shapes: >= {share:.0%} of copy and ahead of Liger and "
+                         "torch.compile", f"{len(met)} of {len(group)} rows", "every row",
+                         len(met) == len(group)))
+    compiled = [r["ms"]["kjit under torch.compile"] / r["ms"]["kjit"] for r in kernels.get("rows", [])
+                if "kjit under torch.compile" in r["ms"] and "kjit" in r["ms"]
+                and r["direction"] == "forward"]
+    if compiled:
+        rows.append(("kernel library under torch.compile vs eager (forward)",
+                     f"median {statistics.median(compiled):.3f}x, worst {max(compiled):.3f}x",
+                     "<= 1.05x", max(compiled) <= 1.05))
     default = [r for r in warm.get("rows", []) if r["pch"]]
     if default:
         worst = min(r["speedup"] / r["jobs"] for r in default)
@@ -224,6 +251,32 @@ def render(out, command, note=""):
                          ("each extra (slope), burst", real["burst"]["launch_slope_us"])]:
             lines.append(f"| {label} | {s['kjit']:.2f} us | {s['<<<>>>']:.2f} us | "
                          f"{s['cuLaunchKernel']:.2f} us |")
+    if kernels.get("rows"):
+        copy_k = kernels["copy_gbps"]
+        names = ["kjit", "Liger", "torch.compile", "kjit under torch.compile", "torch eager"]
+        lines += ["", "## Kernel library (`bench_kernels.py`)", "",
+                  f"GPU time per call with L2 evicted before each call, as GB/s and % of copy "
+                  f"({copy_k:.0f} GB/s). Measured on {kernels['device']} (torch {kernels['torch']}), "
+                  f"{kernels.get('date', '?')}, with `python3 bench/bench_kernels.py --json "
+                  "kernels.json` (the suite `kernels` of run_all.py). Best of each row in bold.", "",
+                  "| op | pass | dtype | rows x hidden | " + " | ".join(names) + " |",
+                  "|---|---|---|---|" + "---|" * len(names)]
+        for r in kernels["rows"]:
+            ms = r["ms"]
+            best = min(ms.values()) if ms else None
+            cells = []
+            for name in names:
+                if name not in ms:
+                    cells.append("-")
+                    continue
+                gbps = r["bytes"] / ms[name] / 1e6
+                cell = f"{gbps:.0f} ({gbps / copy_k:.0%})"
+                cells.append(f"**{cell}**" if ms[name] == best else cell)
+            lines.append(f"| {r['op']} | {r['direction']} | {r['dtype']} | {r['rows']} x {r['hidden']} | "
+                         + " | ".join(cells) + " |")
+        notes = HERE / "KERNELS_NOTES.md"
+        if notes.exists():
+            lines += ["", notes.read_text().rstrip()]
     if warm.get("rows"):
         lines += ["", f"## Pre-warm throughput (`bench_warm.py`, {warm['cores']} cores)", "",
                   f"`kjit warm` of img2gray and activation for {warm['archs']}, empty cache each time.",
@@ -370,6 +423,8 @@ def main():
         if "real_ops" in suites:
             run("real_ops", [py, str(HERE / "bench_real_ops.py"), "--root", str(root), "--json",
                              str(out / "real_ops.json")], out)
+        if "kernels" in suites:
+            run("kernels", [py, str(HERE / "bench_kernels.py"), "--json", str(out / "kernels.json")], out)
         if "warm" in suites:
             run("warm", [py, str(HERE / "bench_warm.py"), "--kjit", str(build / "tools" / "kjit"),
                          "--json", str(out / "warm.json")], out)

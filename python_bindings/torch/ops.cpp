@@ -33,7 +33,7 @@ using detail::Expr;
 using detail::Kind;
 using detail::OpSpec;
 
-constexpr std::size_t k_max_spec = 4;                // placeholders of one launch
+constexpr std::size_t k_max_spec = 8;                // placeholders of one launch
 constexpr std::size_t k_max_rank = 16;               // of an output or workspace
 constexpr std::size_t k_max_ops = 1024;              // trampolines
 constexpr std::size_t k_max_launches = 16;           // of one op

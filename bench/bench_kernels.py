@@ -1,0 +1,197 @@
+"""kjit's kernel library against Liger-Kernel's Triton kernels, torch.compile (inductor) of the
+same formula and torch eager, in one process on one GPU: GPU time per call (CUDA events around
+each call, median of 30 after warm-up; before each call a 256 MB memset evicts L2, as Triton's
+do_bench does, and gives the host time to queue the call, so the time is the GPU's alone), the
+bytes each call must move, GB/s and the share of the device's copy bandwidth. Backward rows time the gradients alone (torch.autograd.grad of a kept graph), so they
+include every kernel a system runs for them (Liger's dweight sum, inductor's reductions). Every
+system's result is checked against the float32 reference before it is timed; one that fails or
+is missing is reported, not fatal.
+
+  python3 bench/bench_kernels.py [--json FILE] [--quick]
+
+Large shapes move >= 128 MB a call; mid shapes are hidden 1024-4096 at 4096 rows.
+"""
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kjit  # noqa: E402
+from bench_ops import copy_gbps, try_peer  # noqa: E402
+
+EPS = 1e-6
+_FLUSH = []
+
+
+def gpu_ms(fn, arg, reps=30):
+    """Median GPU ms of fn(arg), each call after an L2-evicting memset, with no synchronization
+    between calls (so no launch latency is counted)."""
+    if not _FLUSH:
+        _FLUSH.append(torch.empty(256 << 20, dtype=torch.int8, device="cuda"))
+    flush = _FLUSH[0]
+    for _ in range(3):
+        fn(arg)
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(reps)]
+    for start, end in events:
+        flush.zero_()
+        start.record()
+        fn(arg)
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+def rms_formula(x, w):  # Hugging Face's LlamaRMSNorm
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS)
+    return w * h.to(x.dtype)
+
+
+def fused_add_formula(x, r, w):
+    s = r + x
+    return rms_formula(s, w), s
+
+
+def layer_norm_formula(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+
+
+def liger_systems():
+    """Liger's autograd functions, as its modules call them (None where Liger is missing)."""
+    try:
+        from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+    except Exception as e:  # reported, and the rows go without Liger
+        print(f"Liger: {type(e).__name__}: {e}", flush=True)
+        return None
+    return {
+        "rms_norm": lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False),
+        "fused_add_rms_norm": lambda x, r, w: LigerFusedAddRMSNormFunction.apply(x, r, w, EPS, 0.0, "llama", False),
+        "layer_norm": lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5),
+    }
+
+
+def kjit_systems():
+    norm = kjit.load("norm")
+
+    def fused(x, r, w):  # in place, as vLLM calls it; the timing loop rewrites the same buffers
+        norm.fused_add_rms_norm(x, r, w, EPS)
+        return x, r
+
+    return {
+        "rms_norm": lambda x, w: norm.rms_norm(x, w, EPS),
+        "fused_add_rms_norm": fused,
+        "layer_norm": lambda x, w, b: norm.layer_norm(x, w, b, 1e-5),
+    }
+
+
+FORMULAS = {"rms_norm": rms_formula, "fused_add_rms_norm": fused_add_formula,
+            "layer_norm": layer_norm_formula}
+# Bytes a call must move per element of x: forward reads x and writes y; backward reads dy and
+# x and writes dx; the fused add reads x and residual and writes both.
+TRAFFIC = {("rms_norm", "forward"): 2, ("rms_norm", "backward"): 3,
+           ("fused_add_rms_norm", "forward"): 4, ("layer_norm", "forward"): 2,
+           ("layer_norm", "backward"): 3}
+
+
+def make_inputs(op, rows, hidden, dtype):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(rows, hidden, device="cuda", dtype=dtype, generator=g)
+    w = (torch.rand(hidden, device="cuda", generator=g) + 0.5).to(dtype)
+    if op == "rms_norm":
+        return [x, w]
+    if op == "fused_add_rms_norm":
+        return [x, torch.randn(rows, hidden, device="cuda", dtype=dtype, generator=g), w]
+    return [x, w, torch.randn(hidden, device="cuda", dtype=dtype, generator=g)]
+
+
+def first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+def measure(op, direction, fn, inputs, reference, dtype):
+    """GPU ms of one call of `fn` (forward) or of its gradients (backward), after checking the
+    result against `reference` (the float32 formula's)."""
+    tol = 2e-2 if dtype != torch.float32 else 1e-4
+    if direction == "forward":
+        if op == "fused_add_rms_norm":
+            fresh = [t.clone() for t in inputs]
+            out = fn(*fresh)
+            torch.testing.assert_close(first(out).float(), reference[0], rtol=tol, atol=tol)
+            return gpu_ms(lambda args: fn(*args), fresh)
+        torch.testing.assert_close(first(fn(*inputs)).float(), reference[0], rtol=tol, atol=tol)
+        return gpu_ms(lambda args: fn(*args), inputs)
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    y = first(fn(*leaves))
+    dy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, leaves, dy, retain_graph=True)
+    ref_leaves = [t.detach().float().clone().requires_grad_() for t in inputs]
+    want = torch.autograd.grad(first(FORMULAS[op](*ref_leaves)), ref_leaves, dy.float())
+    for got, exp in zip(grads, want):
+        scale = max(1.0, exp.abs().max().item())
+        torch.testing.assert_close(got.float() / scale, exp / scale, rtol=tol * 2, atol=tol * 2)
+    return gpu_ms(lambda _: torch.autograd.grad(y, leaves, dy, retain_graph=True), None)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json")
+    parser.add_argument("--quick", action="store_true", help="one large and one mid shape")
+    args = parser.parse_args()
+    device = torch.cuda.get_device_name()
+    print(f"device: {device}, torch {torch.__version__}, kjit {kjit.__version__}", flush=True)
+    copy = copy_gbps(1 << 30)
+    print(f"copy {copy:.0f} GB/s", flush=True)
+
+    ours, liger = kjit_systems(), liger_systems()
+    shapes = [("large", 16384, 4096), ("large", 4096, 16384), ("mid", 4096, 1024),
+              ("mid", 4096, 2048), ("mid", 4096, 4096)]
+    if args.quick:
+        shapes = [shapes[0], shapes[2]]
+    rows_out = []
+    for op in ["rms_norm", "fused_add_rms_norm", "layer_norm"]:
+        for dtype in [torch.bfloat16, torch.float32]:
+            for size, rows, hidden in shapes:
+                inputs = make_inputs(op, rows, hidden, dtype)
+                compiled = torch.compile(FORMULAS[op], dynamic=False)
+                systems = {"kjit": ours[op]}
+                if liger:
+                    systems["Liger"] = liger[op]
+                systems["torch.compile"] = compiled
+                systems["kjit under torch.compile"] = torch.compile(ours[op], dynamic=False)
+                systems["torch eager"] = FORMULAS[op]
+                ref_forward = [first(FORMULAS[op](*[i.float() for i in inputs]))]
+                for direction in ["forward", "backward"]:
+                    if (op, direction) not in TRAFFIC:
+                        continue
+                    nbytes = TRAFFIC[(op, direction)] * rows * hidden * inputs[0].element_size()
+                    row = {"op": op, "direction": direction, "dtype": str(dtype)[6:], "size": size,
+                           "rows": rows, "hidden": hidden, "bytes": nbytes, "ms": {}}
+                    for name, fn in systems.items():
+                        try_peer(row["ms"], name,
+                                 lambda: measure(op, direction, fn, inputs, ref_forward, dtype))
+                    rows_out.append(row)
+                    ms = row["ms"]
+                    text = ", ".join(f"{k} {v * 1e3:.1f} us ({nbytes / v / 1e6 / copy:.0%})"
+                                     for k, v in ms.items())
+                    print(f"{op} {direction} {row['dtype']} [{rows}, {hidden}]: {text}", flush=True)
+                del inputs
+                torch._dynamo.reset()
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"device": device, "torch": torch.__version__, "date": datetime.date.today().isoformat(),
+             "copy_gbps": copy, "rows": rows_out}, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,681 @@
+// Row normalizations of LLMs: RMSNorm (forward, backward, with a fused residual add) and LayerNorm
+// (forward, backward), for T = float, __half or __nv_bfloat16, float32 arithmetic.
+//
+// Rows are the last dimension (n elements; rows = numel / n). A row is read as vectors of VEC
+// elements (16 bytes when the manifest finds the pointers and n aligned, else one element).
+// ITEMS > 0: thread t of a BLOCK-thread block keeps vectors t, t + BLOCK, ... (ITEMS of them) in
+// registers, so a row is read from memory once. ITEMS <= 0: rows too long for registers are read
+// twice (the second time mostly from L2); the backward kernels then sum the weight gradients in
+// dynamic shared memory (ITEMS 0) or, rows too long for that, in the workspace (ITEMS -1).
+//
+// Forward kernels: one block per row. Backward kernels: a grid of G blocks (G <= rows), block b
+// taking rows b, b + G, ... (the next row's loads in flight while a row is reduced and written);
+// each block sums its rows' weight (and bias) gradients in registers and writes them to row b of
+// a [G, n] float32 workspace, which col_sum_kernel reduces.
+//
+// MODE (RMSNorm's casting mode): 0 "llama": x * rstd rounded to T, then times (weight + offset),
+// as Hugging Face's LlamaRMSNorm; 1 "gemma": all float32, rounded once, as GemmaRMSNorm
+// (offset = 1: the weight is stored as w - 1).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace {
+
+// The value T would hold.
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+  return static_cast<float>(T(v)); // T(float) rounds to nearest
+}
+
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Vec {
+  T v[VEC];
+};
+
+template <typename T, int VEC>
+__device__ __forceinline__ void load(float (&dst)[VEC], const T* p) {
+  const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(p);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    dst[j] = static_cast<float>(v.v[j]);
+  }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void store(T* p, const float (&src)[VEC]) {
+  Vec<T, VEC> v;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    v.v[j] = T(src[j]);
+  }
+  *reinterpret_cast<Vec<T, VEC>*>(p) = v;
+}
+
+// The sums over the block of a and b (BLOCK a multiple of 32); `shared` holds 32 float2.
+template <int BLOCK>
+__device__ __forceinline__ float2 block_sum2(float a, float b, float2* shared) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
+  if constexpr (BLOCK > 32) {
+    const int warp = threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    __syncthreads(); // the previous use of `shared` is over
+    if (lane == 0) {
+      shared[warp] = make_float2(a, b);
+    }
+    __syncthreads();
+    const float2 s = lane < BLOCK / 32 ? shared[lane] : make_float2(0.f, 0.f);
+    a = s.x;
+    b = s.y;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      a += __shfl_xor_sync(0xffffffffu, a, o);
+      b += __shfl_xor_sync(0xffffffffu, b, o);
+    }
+  }
+  return make_float2(a, b);
+}
+
+template <int BLOCK>
+__device__ __forceinline__ float block_sum(float a, float2* shared) {
+  return block_sum2<BLOCK>(a, 0.f, shared).x;
+}
+
+// Row `row` of x and of g (when row < rows) into this thread's registers.
+template <typename T, int BLOCK, int VEC, int ITEMS>
+__device__ __forceinline__ void load_rows(float (&xv)[ITEMS][VEC], float (&gv)[ITEMS][VEC],
+                                          const T* __restrict__ x, const T* __restrict__ g,
+                                          long long row, long long rows, int n) {
+  if (row >= rows) {
+    return;
+  }
+  const int nv = n / VEC;
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int i = threadIdx.x + k * BLOCK;
+    if (i < nv) {
+      load<T, VEC>(xv[k], x + row * n + i * VEC);
+      load<T, VEC>(gv[k], g + row * n + i * VEC);
+    }
+  }
+}
+
+template <typename T, int MODE>
+__device__ __forceinline__ float rms_out(float normed, float weight) {
+  return MODE == 0 ? round_to<T>(normed) * weight : normed * weight;
+}
+
+// The RMSNorm of one row held in registers (v: the row, read from x or from x + residual).
+template <typename T, int BLOCK, int VEC, int ITEMS, int MODE>
+__device__ __forceinline__ void rms_row_registers(T* __restrict__ y, float* __restrict__ rstd,
+                                                  const T* __restrict__ w, float (&v)[ITEMS][VEC],
+                                                  float ss, float eps, float offset, int n,
+                                                  long long row, float2* shared) {
+  const int nv = n / VEC;
+  // Up to 2 vectors a thread, the weights are loaded before the reduction, which hides their
+  // latency; with more, the registers they take would cost occupancy.
+  float wv[ITEMS][VEC];
+  if constexpr (ITEMS <= 2) {
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int i = threadIdx.x + k * BLOCK;
+      if (i < nv) {
+        load<T, VEC>(wv[k], w + i * VEC);
+      }
+    }
+  }
+  const float r = rsqrtf(block_sum<BLOCK>(ss, shared) / n + eps);
+  if (threadIdx.x == 0) {
+    rstd[row] = r;
+  }
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int i = threadIdx.x + k * BLOCK;
+    if (i < nv) {
+      if constexpr (ITEMS > 2) {
+        load<T, VEC>(wv[k], w + i * VEC);
+      }
+      float o[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        o[j] = rms_out<T, MODE>(v[k][j] * r, wv[k][j] + offset);
+      }
+      store<T, VEC>(y + row * n + i * VEC, o);
+    }
+  }
+}
+
+} // namespace
+
+// y = rms_norm(x) * (w + offset); rstd[row] = 1 / sqrt(mean(x^2) + eps). Grid: rows.
+template <typename T, int BLOCK, int VEC, int ITEMS, int MODE>
+__global__ void __launch_bounds__(BLOCK)
+  rms_norm_kernel(T* __restrict__ y, float* __restrict__ rstd, const T* __restrict__ x,
+                  const T* __restrict__ w, float eps, float offset, int n) {
+  __shared__ float2 shared[32];
+  const long long row = blockIdx.x;
+  const T* xr = x + row * n;
+  const int nv = n / VEC;
+  float ss = 0.f;
+  if constexpr (ITEMS > 0) {
+    float v[ITEMS][VEC];
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int i = threadIdx.x + k * BLOCK;
+      if (i < nv) {
+        load<T, VEC>(v[k], xr + i * VEC);
+      } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          v[k][j] = 0.f;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        ss += v[k][j] * v[k][j];
+      }
+    }
+    rms_row_registers<T, BLOCK, VEC, ITEMS, MODE>(y, rstd, w, v, ss, eps, offset, n, row, shared);
+  } else {
+    for (int i = threadIdx.x; i < nv; i += BLOCK) {
+      float v[VEC];
+      load<T, VEC>(v, xr + i * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        ss += v[j] * v[j];
+      }
+    }
+    const float r = rsqrtf(block_sum<BLOCK>(ss, shared) / n + eps);
+    if (threadIdx.x == 0) {
+      rstd[row] = r;
+    }
+    for (int i = threadIdx.x; i < nv; i += BLOCK) {
+      float v[VEC];
+      float wv[VEC];
+      load<T, VEC>(v, xr + i * VEC);
+      load<T, VEC>(wv, w + i * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        v[j] = rms_out<T, MODE>(v[j] * r, wv[j] + offset);
+      }
+      store<T, VEC>(y + row * n + i * VEC, v);
+    }
+  }
+}
+
+// residual += x (rounded to T, as vLLM's fused_add_rms_norm); x = rms_norm(residual) * (w +
+// offset). Both in place. Grid: rows.
+template <typename T, int BLOCK, int VEC, int ITEMS, int MODE>
+__global__ void __launch_bounds__(BLOCK)
+  fused_add_rms_norm_kernel(T* __restrict__ x, T* __restrict__ residual, float* __restrict__ rstd,
+                            const T* __restrict__ w, float eps, float offset, int n) {
+  __shared__ float2 shared[32];
+  const long long row = blockIdx.x;
+  T* xr = x + row * n;
+  T* rr = residual + row * n;
+  const int nv = n / VEC;
+  float ss = 0.f;
+  if constexpr (ITEMS > 0) {
+    float v[ITEMS][VEC];
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int i = threadIdx.x + k * BLOCK;
+      if (i < nv) {
+        float a[VEC];
+        load<T, VEC>(a, xr + i * VEC);
+        load<T, VEC>(v[k], rr + i * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          v[k][j] = round_to<T>(v[k][j] + a[j]);
+        }
+        store<T, VEC>(rr + i * VEC, v[k]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          v[k][j] = 0.f;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        ss += v[k][j] * v[k][j];
+      }
+    }
+    rms_row_registers<T, BLOCK, VEC, ITEMS, MODE>(x, rstd, w, v, ss, eps, offset, n, row, shared);
+  } else {
+    for (int i = threadIdx.x; i < nv; i += BLOCK) {
+      float a[VEC];
+      float v[VEC];
+      load<T, VEC>(a, xr + i * VEC);
+      load<T, VEC>(v, rr + i * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        v[j] = round_to<T>(v[j] + a[j]);
+        ss += v[j] * v[j];
+      }
+      store<T, VEC>(rr + i * VEC, v);
+    }
+    const float r = rsqrtf(block_sum<BLOCK>(ss, shared) / n + eps);
+    if (threadIdx.x == 0) {
+      rstd[row] = r;
+    }
+    for (int i = threadIdx.x; i < nv; i += BLOCK) {
+      float v[VEC];
+      float wv[VEC];
+      load<T, VEC>(v, rr + i * VEC); // this thread's own writes
+      load<T, VEC>(wv, w + i * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        v[j] = rms_out<T, MODE>(v[j] * r, wv[j] + offset);
+      }
+      store<T, VEC>(xr + i * VEC, v);
+    }
+  }
+}
+
+// RMSNorm backward. With xh = x * rstd and gw = g * (w + offset):
+//   dx = rstd * (gw - xh * mean(gw * xh)),  dw = sum over rows of g * xh (xh rounded to T in
+//   the llama mode, as the forward multiplies the rounded value).
+// Grid: G <= rows blocks; partial: [G, n] float32, row b written by block b.
+template <typename T, int BLOCK, int VEC, int ITEMS, int MODE>
+__global__ void __launch_bounds__(BLOCK)
+  rms_norm_backward_kernel(T* __restrict__ dx, float* __restrict__ partial, const T* __restrict__ g,
+                           const T* __restrict__ x, const T* __restrict__ w,
+                           const float* __restrict__ rstd, float offset, int n, long long rows) {
+  __shared__ float2 shared[32];
+  const int nv = n / VEC;
+  float* part = partial + static_cast<long long>(blockIdx.x) * n;
+  if constexpr (ITEMS > 0) {
+    float acc[ITEMS][VEC] = {};
+    float xv[ITEMS][VEC];
+    float gv[ITEMS][VEC];
+    if constexpr (ITEMS <= 2) {
+      load_rows<T, BLOCK, VEC, ITEMS>(xv, gv, x, g, blockIdx.x, rows, n);
+    }
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+      if constexpr (ITEMS > 2) { // no registers to spare for the next row's
+        load_rows<T, BLOCK, VEC, ITEMS>(xv, gv, x, g, row, rows, n);
+      }
+      const float r = rstd[row];
+      float dot = 0.f;
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        const int i = threadIdx.x + k * BLOCK;
+        if (i < nv) {
+          float wv[VEC];
+          load<T, VEC>(wv, w + i * VEC);
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            const float xh = xv[k][j] * r;
+            acc[k][j] += gv[k][j] * (MODE == 0 ? round_to<T>(xh) : xh);
+            gv[k][j] *= wv[j] + offset; // gw from here on
+            dot += gv[k][j] * xh;
+          }
+        }
+      }
+      // The next row's loads are in flight while this one is reduced and written.
+      float xn[ITEMS][VEC];
+      float gn[ITEMS][VEC];
+      if constexpr (ITEMS <= 2) {
+        if constexpr (ITEMS <= 2) {
+          load_rows<T, BLOCK, VEC, ITEMS>(xn, gn, x, g, row + gridDim.x, rows, n);
+        }
+      }
+      const float mean = block_sum<BLOCK>(dot, shared) / n;
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        const int i = threadIdx.x + k * BLOCK;
+        if (i < nv) {
+          float o[VEC];
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            o[j] = r * (gv[k][j] - xv[k][j] * r * mean);
+          }
+          store<T, VEC>(dx + row * n + i * VEC, o);
+        }
+      }
+      if constexpr (ITEMS <= 2) {
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) {
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            xv[k][j] = xn[k][j];
+            gv[k][j] = gn[k][j];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int i = threadIdx.x + k * BLOCK;
+      if (i < nv) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          part[i * VEC + j] = acc[k][j];
+        }
+      }
+    }
+  } else {
+    // Each thread owns the columns of its vectors: no synchronization on the sums.
+    extern __shared__ float dynamic_shared[];
+    float* acc = ITEMS == 0 ? dynamic_shared : part;
+    for (int c = threadIdx.x * VEC; c < n; c += BLOCK * VEC) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        acc[c + j] = 0.f;
+      }
+    }
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+      const float r = rstd[row];
+      float dot = 0.f;
+      for (int i = threadIdx.x; i < nv; i += BLOCK) {
+        float xv[VEC];
+        float gv[VEC];
+        float wv[VEC];
+        load<T, VEC>(xv, x + row * n + i * VEC);
+        load<T, VEC>(gv, g + row * n + i * VEC);
+        load<T, VEC>(wv, w + i * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const float xh = xv[j] * r;
+          const float d = gv[j] * (MODE == 0 ? round_to<T>(xh) : xh);
+          acc[i * VEC + j] += d;
+          dot += gv[j] * (wv[j] + offset) * xh;
+        }
+      }
+      const float mean = block_sum<BLOCK>(dot, shared) / n;
+      for (int i = threadIdx.x; i < nv; i += BLOCK) {
+        float xv[VEC];
+        float gv[VEC];
+        float wv[VEC];
+        load<T, VEC>(xv, x + row * n + i * VEC);
+        load<T, VEC>(gv, g + row * n + i * VEC);
+        load<T, VEC>(wv, w + i * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          gv[j] = r * (gv[j] * (wv[j] + offset) - xv[j] * r * mean);
+        }
+        store<T, VEC>(dx + row * n + i * VEC, gv);
+      }
+    }
+    if constexpr (ITEMS == 0) {
+      for (int c = threadIdx.x * VEC; c < n; c += BLOCK * VEC) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          part[c + j] = acc[c + j];
+        }
+      }
+    }
+  }
+}
+
+// y = (x - mean) * rstd * w + b (b absent: HAS_BIAS false); mean and rstd saved per row.
+// Grid: rows.
+template <typename T, int BLOCK, int VEC, int ITEMS, bool HAS_BIAS>
+__global__ void __launch_bounds__(BLOCK)
+  layer_norm_kernel(T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                    const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                    float eps, int n) {
+  __shared__ float2 shared[32];
+  const long long row = blockIdx.x;
+  const T* xr = x + row * n;
+  T* yr = y + row * n;
+  const int nv = n / VEC;
+  float mean;
+  float r;
+  if constexpr (ITEMS > 0) {
+    float v[ITEMS][VEC];
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int i = threadIdx.x + k * BLOCK;
+      if (i < nv) {
+        load<T, VEC>(v[k], xr + i * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          s += v[k][j];
+        }
+      }
+    }
+    mean = block_sum<BLOCK>(s, shared) / n;
+    float ss = 0.f; // the variance around the mean, from registers: no cancellation
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int i = threadIdx.x + k * BLOCK;
+      if (i < nv) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          v[k][j] -= mean;
+          ss += v[k][j] * v[k][j];
+        }
+      }
+    }
+    r = rsqrtf(block_sum<BLOCK>(ss, shared) / n + eps);
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int i = threadIdx.x + k * BLOCK;
+      if (i < nv) {
+        float wv[VEC];
+        float bv[VEC] = {};
+        load<T, VEC>(wv, w + i * VEC);
+        if constexpr (HAS_BIAS) {
+          load<T, VEC>(bv, b + i * VEC);
+        }
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          v[k][j] = v[k][j] * r * wv[j] + bv[j];
+        }
+        store<T, VEC>(yr + i * VEC, v[k]);
+      }
+    }
+  } else {
+    float s = 0.f;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < nv; i += BLOCK) {
+      float v[VEC];
+      load<T, VEC>(v, xr + i * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        s += v[j];
+        ss += v[j] * v[j];
+      }
+    }
+    const float2 sums = block_sum2<BLOCK>(s, ss, shared);
+    mean = sums.x / n;
+    r = rsqrtf(fmaxf(sums.y / n - mean * mean, 0.f) + eps);
+    for (int i = threadIdx.x; i < nv; i += BLOCK) {
+      float v[VEC];
+      float wv[VEC];
+      float bv[VEC] = {};
+      load<T, VEC>(v, xr + i * VEC);
+      load<T, VEC>(wv, w + i * VEC);
+      if constexpr (HAS_BIAS) {
+        load<T, VEC>(bv, b + i * VEC);
+      }
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        v[j] = (v[j] - mean) * r * wv[j] + bv[j];
+      }
+      store<T, VEC>(yr + i * VEC, v);
+    }
+  }
+  if (threadIdx.x == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = r;
+  }
+}
+
+// LayerNorm backward. With xh = (x - mean) * rstd and gw = g * w:
+//   dx = rstd * (gw - mean(gw) - xh * mean(gw * xh)),  dw = sum g * xh,  db = sum g.
+// Grid: G <= rows blocks; partial_w, partial_b: [G, n] float32, row b written by block b.
+template <typename T, int BLOCK, int VEC, int ITEMS>
+__global__ void __launch_bounds__(BLOCK)
+  layer_norm_backward_kernel(T* __restrict__ dx, float* __restrict__ partial_w,
+                             float* __restrict__ partial_b, const T* __restrict__ g,
+                             const T* __restrict__ x, const T* __restrict__ w,
+                             const float* __restrict__ mean, const float* __restrict__ rstd, int n,
+                             long long rows) {
+  __shared__ float2 shared[32];
+  const int nv = n / VEC;
+  float* pw = partial_w + static_cast<long long>(blockIdx.x) * n;
+  float* pb = partial_b + static_cast<long long>(blockIdx.x) * n;
+  if constexpr (ITEMS > 0) {
+    float acc_w[ITEMS][VEC] = {};
+    float acc_b[ITEMS][VEC] = {};
+    float xh[ITEMS][VEC];
+    float gw[ITEMS][VEC];
+    if constexpr (ITEMS <= 2) {
+      load_rows<T, BLOCK, VEC, ITEMS>(xh, gw, x, g, blockIdx.x, rows, n);
+    }
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+      if constexpr (ITEMS > 2) { // no registers to spare for the next row's
+        load_rows<T, BLOCK, VEC, ITEMS>(xh, gw, x, g, row, rows, n);
+      }
+      const float mu = mean[row];
+      const float r = rstd[row];
+      float s = 0.f;
+      float dot = 0.f;
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        const int i = threadIdx.x + k * BLOCK;
+        if (i < nv) {
+          float wv[VEC];
+          load<T, VEC>(wv, w + i * VEC);
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            xh[k][j] = (xh[k][j] - mu) * r;
+            acc_w[k][j] += gw[k][j] * xh[k][j];
+            acc_b[k][j] += gw[k][j];
+            gw[k][j] *= wv[j];
+            s += gw[k][j];
+            dot += gw[k][j] * xh[k][j];
+          }
+        }
+      }
+      float xn[ITEMS][VEC];
+      float gn[ITEMS][VEC];
+      load_rows<T, BLOCK, VEC, ITEMS>(xn, gn, x, g, row + gridDim.x, rows, n);
+      const float2 sums = block_sum2<BLOCK>(s, dot, shared);
+      const float mean_gw = sums.x / n;
+      const float mean_dot = sums.y / n;
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        const int i = threadIdx.x + k * BLOCK;
+        if (i < nv) {
+          float o[VEC];
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            o[j] = r * (gw[k][j] - mean_gw - xh[k][j] * mean_dot);
+          }
+          store<T, VEC>(dx + row * n + i * VEC, o);
+        }
+      }
+      if constexpr (ITEMS <= 2) {
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) {
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            xh[k][j] = xn[k][j];
+            gw[k][j] = gn[k][j];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int i = threadIdx.x + k * BLOCK;
+      if (i < nv) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          pw[i * VEC + j] = acc_w[k][j];
+          pb[i * VEC + j] = acc_b[k][j];
+        }
+      }
+    }
+  } else {
+    extern __shared__ float dynamic_shared[];
+    float* acc_w = ITEMS == 0 ? dynamic_shared : pw;
+    float* acc_b = ITEMS == 0 ? dynamic_shared + n : pb;
+    for (int c = threadIdx.x * VEC; c < n; c += BLOCK * VEC) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        acc_w[c + j] = 0.f;
+        acc_b[c + j] = 0.f;
+      }
+    }
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+      const float mu = mean[row];
+      const float r = rstd[row];
+      float s = 0.f;
+      float dot = 0.f;
+      for (int i = threadIdx.x; i < nv; i += BLOCK) {
+        float xv[VEC];
+        float gv[VEC];
+        float wv[VEC];
+        load<T, VEC>(xv, x + row * n + i * VEC);
+        load<T, VEC>(gv, g + row * n + i * VEC);
+        load<T, VEC>(wv, w + i * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const float xh = (xv[j] - mu) * r;
+          const int c = i * VEC + j;
+          acc_w[c] += gv[j] * xh;
+          acc_b[c] += gv[j];
+          s += gv[j] * wv[j];
+          dot += gv[j] * wv[j] * xh;
+        }
+      }
+      const float2 sums = block_sum2<BLOCK>(s, dot, shared);
+      const float mean_gw = sums.x / n;
+      const float mean_dot = sums.y / n;
+      for (int i = threadIdx.x; i < nv; i += BLOCK) {
+        float xv[VEC];
+        float gv[VEC];
+        float wv[VEC];
+        load<T, VEC>(xv, x + row * n + i * VEC);
+        load<T, VEC>(gv, g + row * n + i * VEC);
+        load<T, VEC>(wv, w + i * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          gv[j] = r * (gv[j] * wv[j] - mean_gw - (xv[j] - mu) * r * mean_dot);
+        }
+        store<T, VEC>(dx + row * n + i * VEC, gv);
+      }
+    }
+    if constexpr (ITEMS == 0) {
+      for (int c = threadIdx.x * VEC; c < n; c += BLOCK * VEC) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          pw[c + j] = acc_w[c + j];
+          pb[c + j] = acc_b[c + j];
+        }
+      }
+    }
+  }
+}
+
+// out[c] = sum over b < G of partial[b, c], rounded to T. Block (32, 8): 32 columns, 8 row
+// strides, summed through shared memory. Grid: cdiv(n, 32). G == 0 gives zeros.
+template <typename T>
+__global__ void __launch_bounds__(256)
+  col_sum_kernel(T* __restrict__ out, const float* __restrict__ partial, int groups, int n) {
+  __shared__ float s[8][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  float sum = 0.f;
+  if (c < n) {
+    for (int b = threadIdx.y; b < groups; b += 8) {
+      sum += partial[static_cast<long long>(b) * n + c];
+    }
+  }
+  s[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < n) {
+#pragma unroll
+    for (int y = 1; y < 8; ++y) {
+      sum += s[y][threadIdx.x];
+    }
+    out[c] = T(sum);
+  }
+}
