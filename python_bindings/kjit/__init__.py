@@ -6,6 +6,8 @@
 
     k = kjit.RawKernel(source, "my_kernel")
     k((blocks,), (256,), (x, y, n))         # tensors, ints, floats, bools
+
+    kjit.kernelize(model, mode="training")  # a transformers model's norms and MLPs on kjit
 """
 
 # Note [Lazy kjit]: `import kjit` imports neither torch nor the extension; the first use of
@@ -20,6 +22,9 @@ __all__ = [
     "RawKernel",
     "cache_info",
     "search_path",
+    "kernelize",
+    "register_layer",
+    "KernelizeReport",
     "Error",
     "CompileError",
     "ManifestError",

@@ -20,6 +20,7 @@ from . import _C, _torch_layer
 _torch_layer.attach()
 _C.set_python_paths([p for p in sys.path if p])
 from . import _packages
+from ._kernelize import KernelizeReport, kernelize, register_layer  # noqa: F401 (the API)
 from ._errors import (
     CacheError,
     CompileError,

@@ -14,11 +14,15 @@ def activation():
     return kjit.load("activation")
 
 
+ACTS = {"silu_and_mul": F.silu, "gelu_and_mul": F.gelu,
+        "gelu_tanh_and_mul": lambda a: F.gelu(a, approximate="tanh")}
+DEVICES = ["cpu", pytest.param("cuda", marks=cuda)]
+
+
 def reference(name, x):
     d = x.shape[-1] // 2
     a, b = x[..., :d].double(), x[..., d:].double()
-    act = F.silu(a) if name == "silu_and_mul" else F.gelu(a)
-    return act * b
+    return ACTS[name](a) * b
 
 
 def check_close(out, ref, dtype):
@@ -26,7 +30,7 @@ def check_close(out, ref, dtype):
     assert rel < TOLERANCE[dtype], rel
 
 
-@pytest.mark.parametrize("name", ["silu_and_mul", "gelu_and_mul"])
+@pytest.mark.parametrize("name", list(ACTS))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cpu_matches_torch(activation, name, dtype):
     x = torch.randn(4, 7, 2 * 96, dtype=dtype)
@@ -35,7 +39,7 @@ def test_cpu_matches_torch(activation, name, dtype):
     check_close(out, reference(name, x), dtype)
 
 
-@pytest.mark.parametrize("name", ["silu_and_mul", "gelu_and_mul"])
+@pytest.mark.parametrize("name", list(ACTS))
 def test_opcheck_cpu(activation, name):
     op = getattr(torch.ops.activation, name).default
     torch.library.opcheck(op, (torch.randn(3, 10),))
@@ -49,7 +53,7 @@ def test_compile_dynamic_cpu(activation):
 
 
 @cuda
-@pytest.mark.parametrize("name", ["silu_and_mul", "gelu_and_mul"])
+@pytest.mark.parametrize("name", list(ACTS))
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "shape", [(1, 2), (3, 5, 2 * 11), (16, 2 * 4096), (8, 2 * 11008), (7, 2 * 64), (6, 2 * 1000)]
@@ -77,7 +81,7 @@ def test_cuda_unaligned_view_falls_back_to_scalar_loads(activation):
 
 
 @cuda
-@pytest.mark.parametrize("name", ["silu_and_mul", "gelu_and_mul"])
+@pytest.mark.parametrize("name", list(ACTS))
 def test_opcheck_cuda(activation, name):
     op = getattr(torch.ops.activation, name).default
     torch.library.opcheck(op, (torch.randn(3, 64, device="cuda", dtype=torch.bfloat16),))
@@ -89,3 +93,79 @@ def test_compile_dynamic_cuda(activation):
     for shape in [(2, 8), (3, 5, 128)]:
         x = torch.randn(shape, device="cuda", dtype=torch.float16)
         torch.testing.assert_close(fn(x), activation.gelu_and_mul(x) * 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(ACTS))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 2), (3, 5, 2 * 11), (16, 2 * 4096), (7, 2 * 1000), (70000, 2 * 8), (0, 16)])
+def test_forward_and_backward_match_autograd(activation, device, name, dtype, shape):
+    """The backward ops against autograd through the float64 formula, the unaligned scalar path
+    (d % 8 != 0) and more rows than a grid holds (70000) included."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g).to(device, dtype)
+    grad = torch.randn(*shape[:-1], shape[-1] // 2, generator=g).to(device, dtype)
+    xk = x.clone().requires_grad_()
+    out = getattr(activation, name)(xk)
+    check_close(out, reference(name, x), dtype)
+    out.backward(grad)
+    xr = x.double().requires_grad_()
+    reference(name, xr).backward(grad.double())
+    assert xk.grad.dtype == dtype and xk.grad.shape == x.shape
+    if x.numel():
+        check_close(xk.grad, xr.grad, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(ACTS))
+def test_out_variants_write_out(activation, device, name):
+    x = torch.randn(4, 2 * 300, device=device, dtype=torch.bfloat16)
+    out = torch.full((4, 300), float("nan"), device=device, dtype=torch.bfloat16)
+    assert getattr(activation, f"{name}_out")(out, x) is None
+    check_close(out, reference(name, x), torch.bfloat16)
+    with pytest.raises(ValueError, match=r"out.size\(-1\) \* 2 == x.size\(-1\)"):
+        getattr(activation, f"{name}_out")(torch.empty(4, 299, device=device, dtype=torch.bfloat16), x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_backward_and_out_ops(activation, device):
+    x = torch.randn(3, 2 * 40, device=device)
+    grad = torch.randn(3, 40, device=device)
+    for name in ACTS:
+        torch.library.opcheck(getattr(torch.ops.activation, name), (x,))
+        torch.library.opcheck(getattr(torch.ops.activation, f"{name}_backward"), (grad, x))
+        torch.library.opcheck(getattr(torch.ops.activation, f"{name}_out"), (torch.empty(3, 40, device=device), x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_training_step(activation, device):
+    def step(x):
+        return (activation.silu_and_mul(x) * activation.gelu_tanh_and_mul(x)).sum()
+
+    x = torch.randn(5, 2 * 64, device=device)
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    step(xe).backward()
+    torch.compile(step, fullgraph=True, dynamic=True)(xc).backward()
+    torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(ACTS))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5, 11), (16, 4096), (70000, 8), (0, 16)])
+def test_two_input_form_and_its_backward(activation, device, name, dtype, shape):
+    """act(a) * b of two tensors (the gate and up projections, not concatenated)."""
+    op = getattr(activation, name.replace("_and_mul", "_mul"))
+    g = torch.Generator().manual_seed(1)
+    a, b, grad = (torch.randn(shape, generator=g).to(device, dtype) for _ in range(3))
+    ak, bk = a.clone().requires_grad_(), b.clone().requires_grad_()
+    out = op(ak, bk)
+    ar, br = a.double().requires_grad_(), b.double().requires_grad_()
+    want = ACTS[name](ar) * br
+    check_close(out, want.detach(), dtype)
+    out.backward(grad)
+    want.backward(grad.double())
+    if a.numel():
+        check_close(ak.grad, ar.grad, dtype)
+        check_close(bk.grad, br.grad, dtype)
+    torch.library.opcheck(getattr(torch.ops.activation, name.replace("_and_mul", "_mul")), (a, b))

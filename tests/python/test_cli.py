@@ -12,7 +12,16 @@ import torch
 
 import kjit
 
-SHIPPED = 14  # activation: 2 ops x 3 dtypes; img2gray: 1 (each for one arch) -> x2 archs = 14
+KERNELS = Path(kjit.__file__).parent / "kernels"
+
+
+def warm_count(*packages):
+    """The programs `kjit warm` compiles for one arch: the packages' warm lists."""
+    return sum(len(kjit._C.load_package(str(KERNELS / p), p)["warm"]) for p in packages)
+
+
+ACTIVATION = warm_count("activation")
+SHIPPED = 2 * warm_count("img2gray", "activation")  # for two archs
 
 
 def run(*args, cache=None, env=None, check=None):
@@ -109,11 +118,11 @@ def test_prune_and_clear(tmp_path):
     run("cache", "prune", "--max-size", "lots", cache=cache, check=2)
     run("cache", "prune", "--older-than", "30d", cache=cache, check=0)
     entries = json.loads(run("cache", "ls", "--json", cache=cache, check=0).stdout)
-    assert len(entries) == 6
-    limit = sum(sorted(e["size"] for e in entries)[-2:])  # room for two entries, not six
+    assert len(entries) == ACTIVATION
+    limit = sum(sorted(e["size"] for e in entries)[-2:])  # room for two entries, not all
     run("cache", "prune", "--max-size", str(limit), cache=cache, check=0)
     left = json.loads(run("cache", "ls", "--json", cache=cache, check=0).stdout)
-    assert 0 < len(left) < 6 and sum(e["size"] for e in left) <= limit
+    assert 0 < len(left) < ACTIVATION and sum(e["size"] for e in left) <= limit
     run("cache", "clear", cache=cache, check=0)
     assert json.loads(run("cache", "ls", "--json", cache=cache, check=0).stdout) == []
 
@@ -122,9 +131,9 @@ def test_deploy_recipe_export_import_verify_and_read_only_use(warmed, tmp_path):
     """The README's container recipe as far as a CPU machine goes."""
     baked = tmp_path / "image" / "kjit-baked.sqlite"
     baked.parent.mkdir()
-    assert "exported 7 entries" in run("cache", "export", baked, "--arch", "sm_90", cache=warmed, check=0).stdout
+    assert f"exported {SHIPPED // 2} entries" in run("cache", "export", baked, "--arch", "sm_90", cache=warmed, check=0).stdout
     fresh = tmp_path / "fresh"
-    assert "imported 7 new entries" in run("cache", "import", baked, cache=fresh, check=0).stdout
+    assert f"imported {SHIPPED // 2} new entries" in run("cache", "import", baked, cache=fresh, check=0).stdout
     assert run("cache", "verify", cache=fresh, check=0).stdout.strip().endswith("ok")
     # At run time the baked store is read-only, searched after an empty writable store: a
     # pre-warmed kernel compiles nothing.
@@ -139,7 +148,7 @@ def test_deploy_recipe_export_import_verify_and_read_only_use(warmed, tmp_path):
             "warm", "img2gray", "activation", "--arch", "sm_90",
             cache=tmp_path / "runtime", env={"KJIT_CACHE_READONLY": str(baked)}, check=0,
         )
-        assert "0 compiled, 7 already cached" in warm.stdout
+        assert f"0 compiled, {SHIPPED // 2} already cached" in warm.stdout
         assert not list(baked.parent.glob("*-wal"))  # never written
     finally:
         os.chmod(baked.parent, 0o755)
@@ -211,7 +220,7 @@ def test_full_disk_under_the_store_and_tmp_compiles_everything_with_one_warning(
     if result.returncode == 77 or "unshare:" in result.stderr:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "7 compiled, 0 already cached, 0 failed" in result.stdout
+    assert f"{SHIPPED // 2} compiled, 0 already cached, 0 failed" in result.stdout
     warnings = [line for line in result.stderr.splitlines() if line.startswith("kjit: warning:")]
     assert len(warnings) == 1 and "disk is full" in warnings[0], result.stderr
 

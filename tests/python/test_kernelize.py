@@ -1,0 +1,147 @@
+"""kjit.kernelize on tiny, randomly initialised transformers models built from a config (no
+weights downloaded): Llama, Qwen2 and Gemma. Kernelized logits match the original's, and so do a
+training step's loss and gradients; on CPU the packages' CPU implementations run, on a GPU their
+kernels."""
+
+import copy
+import logging
+
+import pytest
+import torch
+from torch import nn
+
+import kjit
+import kjit.layers
+from conftest import cuda
+
+transformers = pytest.importorskip("transformers")
+
+DEVICES = ["cpu", pytest.param("cuda", marks=cuda)]
+TOL = {torch.float32: 2e-4, torch.bfloat16: 4e-2}
+
+
+def tiny(family: str):
+    common = dict(vocab_size=128, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    if family == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
+    if family == "qwen2":
+        return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
+    return transformers.GemmaForCausalLM(transformers.GemmaConfig(head_dim=16, hidden_act="gelu_pytorch_tanh", **common))
+
+
+EXPECTED = {
+    "llama": {"LlamaRMSNorm -> RMSNorm": 5, "LlamaMLP -> SiluAndMulMLP": 2},
+    "qwen2": {"Qwen2RMSNorm -> RMSNorm": 5, "Qwen2MLP -> SiluAndMulMLP": 2},
+    "gemma": {"GemmaRMSNorm -> GemmaRMSNorm": 5, "GemmaMLP -> GeluTanhAndMulMLP": 2},
+}
+
+
+def pair(family, device, dtype):
+    torch.manual_seed(0)
+    model = tiny(family).to(device, dtype)
+    for p in model.parameters():  # norms away from their initial ones and zeros
+        if p.dim() == 1:
+            with torch.no_grad():
+                p.add_(torch.randn_like(p) * 0.1)
+    return model, copy.deepcopy(model)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gemma"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_logits_match_and_modules_keep_their_parameters(family, device, dtype, caplog):
+    model, original = pair(family, device, dtype)
+    names = [n for n, _ in model.named_parameters()]
+    with caplog.at_level(logging.INFO, logger="kjit"):
+        report = kjit.kernelize(model.eval(), mode="inference")
+    assert report.replaced == EXPECTED[family]
+    assert "module(s) replaced" in caplog.text
+    assert [n for n, _ in model.named_parameters()] == names
+    ids = torch.randint(0, 128, (2, 12), device=device)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, original.eval()(ids).logits, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("family", ["llama", "gemma"])
+def test_a_training_step_matches(family, device):
+    model, original = pair(family, device, torch.float32)
+    kjit.kernelize(model.train(), mode="training")
+    ids = torch.randint(0, 128, (2, 12), device=device)
+    losses = []
+    for m in (model, original.train()):
+        out = m(ids, labels=ids)
+        out.loss.backward()
+        losses.append(out.loss.detach())
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
+    for (name, p), q in zip(model.named_parameters(), original.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-5, msg=lambda m: f"{name}: {m}")
+    # and the optimizer moves the same parameters
+    for m in (model, original):
+        torch.optim.SGD(m.parameters(), lr=0.1).step()
+    for p, q in zip(model.parameters(), original.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_kernelized_model(device):
+    model, original = pair("llama", device, torch.float32)
+    kjit.kernelize(model.eval(), mode="inference", compile=True)
+    ids = torch.randint(0, 128, (2, 12), device=device)
+    with torch.no_grad():
+        want = original.eval()(ids).logits
+        got = torch.compile(model)(ids).logits
+    torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-4)
+
+
+def test_unfit_modules_are_left_alone_and_said(caplog):
+    class LlamaRMSNorm(nn.Module):  # the class name of a mapped one, without its attributes
+        def forward(self, x):
+            return x
+
+    class MyMLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate_proj, self.up_proj, self.down_proj = nn.Linear(4, 8), nn.Linear(4, 8), nn.Linear(8, 4)
+            self.act_fn = nn.ReLU()
+
+    model = nn.Sequential(LlamaRMSNorm(), MyMLP())
+    kjit.register_layer("MyMLP", kjit._kernelize._gated_mlp)
+    report = kjit.kernelize(model)
+    assert report.replaced == {}
+    assert ("0", "LlamaRMSNorm", "it has no weight, variance_epsilon") in report.skipped
+    assert ("1", "MyMLP", "its activation ReLU has no kjit kernel") in report.skipped
+    assert "left alone: 2" in str(report)
+    with pytest.raises(ValueError, match="mode must be one of inference, training"):
+        kjit.kernelize(model, mode="serving")
+
+
+def test_a_user_registry_entry_and_a_layer_that_falls_back():
+    class MyNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.rand(16) + 0.5)
+            self.variance_epsilon = 1e-6
+
+        def forward(self, x):
+            h = x.float()
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+            return self.weight * h.to(x.dtype)
+
+    norm = MyNorm()
+    kjit.register_layer("MyNorm", kjit.layers.RMSNorm, "weight", "variance_epsilon")
+    assert kjit.kernelize(norm).replaced == {"MyNorm -> RMSNorm": 1}
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(norm(x), MyNorm.forward(norm, x))
+    # float64 has no kernel: the module's own forward runs
+    torch.testing.assert_close(norm.double()(x.double()), MyNorm.forward(norm, x.double()))
+
+
+def test_layers_follow_the_kernels_layer_contract():
+    for layer in (kjit.layers.RMSNorm, kjit.layers.GemmaRMSNorm, kjit.layers.SiluAndMulMLP,
+                  kjit.layers.GeluTanhAndMulMLP, kjit.layers.GeluAndMulMLP):
+        assert issubclass(layer, nn.Module)
+        assert set(vars(layer)) - {"__module__", "__doc__", "__qualname__", "__firstlineno__",
+                                   "__static_attributes__"} == {"forward", "can_torch_compile", "has_backward"}
+        assert layer.can_torch_compile and layer.has_backward
