@@ -1,6 +1,6 @@
 """kjit's kernel library against Liger-Kernel's Triton kernels, torch.compile (inductor) of the
 same formula and torch eager, in one process on one GPU: GPU time per call (CUDA events around
-each call, median of 30 after warm-up; before each call a 256 MB memset evicts L2, as Triton's
+each call, median of 20 after warm-up; before each call a 256 MB memset evicts L2, as Triton's
 do_bench does, and gives the host time to queue the call, so the time is the GPU's alone), the
 bytes each call must move, GB/s and the share of the device's copy bandwidth. Backward rows time the gradients alone (torch.autograd.grad of a kept graph), so they
 include every kernel a system runs for them (Liger's dweight sum, inductor's reductions). Every
@@ -30,7 +30,7 @@ EPS = 1e-6
 _FLUSH = []
 
 
-def gpu_ms(fn, arg, reps=30):
+def gpu_ms(fn, arg, reps=20):
     """Median GPU ms of fn(arg), each call after an L2-evicting memset, with no synchronization
     between calls (so no launch latency is counted)."""
     if not _FLUSH:
@@ -65,12 +65,17 @@ def layer_norm_formula(x, w, b):
     return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
 
 
+def silu_mul_formula(a, b):  # a gated MLP's activation: silu(gate) * up
+    return F.silu(a) * b
+
+
 def liger_systems():
     """Liger's autograd functions, as its modules call them (None where Liger is missing)."""
     try:
         from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
         from liger_kernel.ops.layer_norm import LigerLayerNormFunction
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
     except Exception as e:  # reported, and the rows go without Liger
         print(f"Liger: {type(e).__name__}: {e}", flush=True)
         return None
@@ -78,11 +83,13 @@ def liger_systems():
         "rms_norm": lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False),
         "fused_add_rms_norm": lambda x, r, w: LigerFusedAddRMSNormFunction.apply(x, r, w, EPS, 0.0, "llama", False),
         "layer_norm": lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5),
+        "silu_mul": lambda a, b: LigerSiLUMulFunction.apply(a, b),
     }
 
 
 def kjit_systems():
     norm = kjit.load("norm")
+    activation = kjit.load("activation")
 
     def fused(x, r, w):  # in place, as vLLM calls it; the timing loop rewrites the same buffers
         norm.fused_add_rms_norm(x, r, w, EPS)
@@ -92,16 +99,19 @@ def kjit_systems():
         "rms_norm": lambda x, w: norm.rms_norm(x, w, EPS),
         "fused_add_rms_norm": fused,
         "layer_norm": lambda x, w, b: norm.layer_norm(x, w, b, 1e-5),
+        "silu_mul": activation.silu_mul,
     }
 
 
 FORMULAS = {"rms_norm": rms_formula, "fused_add_rms_norm": fused_add_formula,
-            "layer_norm": layer_norm_formula}
+            "layer_norm": layer_norm_formula, "silu_mul": silu_mul_formula}
 # Bytes a call must move per element of x: forward reads x and writes y; backward reads dy and
 # x and writes dx; the fused add reads x and residual and writes both.
 TRAFFIC = {("rms_norm", "forward"): 2, ("rms_norm", "backward"): 3,
            ("fused_add_rms_norm", "forward"): 4, ("layer_norm", "forward"): 2,
-           ("layer_norm", "backward"): 3}
+           ("layer_norm", "backward"): 3, ("silu_mul", "forward"): 3, ("silu_mul", "backward"): 5}
+# silu_mul: rows x hidden are the gate's (and up's) shape; forward reads both and writes one,
+# backward reads dy, a and b and writes da and db.
 
 
 def make_inputs(op, rows, hidden, dtype):
@@ -112,6 +122,8 @@ def make_inputs(op, rows, hidden, dtype):
         return [x, w]
     if op == "fused_add_rms_norm":
         return [x, torch.randn(rows, hidden, device="cuda", dtype=dtype, generator=g), w]
+    if op == "silu_mul":
+        return [x, torch.randn(rows, hidden, device="cuda", dtype=dtype, generator=g)]
     return [x, w, torch.randn(hidden, device="cuda", dtype=dtype, generator=g)]
 
 
@@ -156,12 +168,14 @@ def main():
     ours, liger = kjit_systems(), liger_systems()
     shapes = [("large", 16384, 4096), ("large", 4096, 16384), ("mid", 4096, 1024),
               ("mid", 4096, 2048), ("mid", 4096, 4096)]
+    mlp_shapes = [("large", 16384, 8192), ("large", 4096, 14336), ("mid", 4096, 2048),
+                  ("mid", 4096, 4096)]  # gate/up [tokens, intermediate]
     if args.quick:
         shapes = [shapes[0], shapes[2]]
     rows_out = []
-    for op in ["rms_norm", "fused_add_rms_norm", "layer_norm"]:
+    for op in ["rms_norm", "fused_add_rms_norm", "layer_norm", "silu_mul"]:
         for dtype in [torch.bfloat16, torch.float32]:
-            for size, rows, hidden in shapes:
+            for size, rows, hidden in (mlp_shapes if op == "silu_mul" else shapes):
                 inputs = make_inputs(op, rows, hidden, dtype)
                 compiled = torch.compile(FORMULAS[op], dynamic=False)
                 systems = {"kjit": ours[op]}
@@ -187,10 +201,11 @@ def main():
                     print(f"{op} {direction} {row['dtype']} [{rows}, {hidden}]: {text}", flush=True)
                 del inputs
                 torch._dynamo.reset()
-    if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"device": device, "torch": torch.__version__, "date": datetime.date.today().isoformat(),
-             "copy_gbps": copy, "rows": rows_out}, indent=1))
+                if args.json:  # after every shape: a run cut short keeps what it measured
+                    Path(args.json).write_text(json.dumps(
+                        {"device": device, "torch": torch.__version__,
+                         "date": datetime.date.today().isoformat(), "copy_gbps": copy,
+                         "rows": rows_out}, indent=1))
 
 
 if __name__ == "__main__":
