@@ -128,8 +128,10 @@ def namespace_for(name: str, version: Version) -> str:
     return name if version.major <= 1 else f"{name}_v{version.major}"
 
 
-def candidates(name: str) -> list[Candidate]:
-    """Every installed version of package `name`, in search order."""
+def candidates(name: str, broken: list | None = None) -> list[Candidate]:
+    """Every installed version of package `name`, in search order. A folder that has a
+    kernel.toml but is not a package is skipped; when `broken` is given, those in folders named
+    `name` are appended to it as (path, error), for an error that says why `name` is missing."""
     found = []
 
     def consider(path: Path, origin: str):
@@ -137,7 +139,9 @@ def candidates(name: str) -> list[Candidate]:
             return
         try:
             pkg_name, version = package_identity(path)
-        except (ValueError, OSError, Error):  # not a package: skipped
+        except (ValueError, OSError, Error) as e:  # not a package: skipped
+            if broken is not None and (path.name == name or path.parent.name == name):
+                broken.append((path, e))
             return
         if pkg_name == name:
             found.append(Candidate(name, version, path, origin))
@@ -158,12 +162,18 @@ def candidates(name: str) -> list[Candidate]:
 
 def resolve(name: str, version: str | None = None) -> Candidate:
     """The highest installed version of `name` matching `version` (a range or an exact one)."""
-    all_versions = candidates(name)
+    broken: list = []
+    all_versions = candidates(name, broken)
     wanted = Range.parse(version) if version else None
     matching = [c for c in all_versions if wanted is None or wanted.matches(c.version)]
     if wanted is None:
         matching = [c for c in matching if not c.version.pre] or matching
     if not matching:
+        if not all_versions and broken:
+            path, error = broken[0]
+            raise PackageNotFoundError(
+                f"kernel package '{name}' at {path} does not load: {error}"
+            ) from error
         if not all_versions:
             roots = ", ".join(str(r) for r in search_path())
             raise PackageNotFoundError(

@@ -1,5 +1,6 @@
 """Every bad input gets a typed error whose message names the problem."""
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -238,3 +239,20 @@ def test_cache_info_shape():
     info = kjit.cache_info()
     assert set(info) == {"enabled", "read_only", "path", "process", "store"}
     assert {"store_hits", "compiles", "compile_ms"} <= set(info["store"])
+
+
+def test_a_package_that_does_not_load_is_named_with_its_error(tmp_path, monkeypatch):
+    """Found by name but broken: the error says where and why, not that no package exists; a
+    good package beside it still loads."""
+    broken = tmp_path / "brokenpkg"
+    broken.mkdir()
+    (broken / "kernel.toml").write_text('[package]\nname = "brokenpkg"\nversion = "1.0.0"\n[op.x]\nschema = 3\n')
+    good = tmp_path / "goodpkg"
+    shutil.copytree(Path(kjit.load("img2gray").__file__).parent, good,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    text = (good / "kernel.toml").read_text().replace('name = "img2gray"', 'name = "goodpkg"')
+    (good / "kernel.toml").write_text(text)
+    monkeypatch.setenv("KJIT_PATH", str(tmp_path))
+    with pytest.raises(kjit.PackageNotFoundError, match=r"kernel package 'brokenpkg' at .*brokenpkg does not load: .*kernel.toml:5"):
+        kjit.load("brokenpkg")
+    assert kjit.load("goodpkg").__name__ == "goodpkg"
