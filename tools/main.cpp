@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -185,9 +186,20 @@ int run_warm(const WarmArgs& args) {
     }
   }
   const auto targets = warm_targets(args.arch);
+  // A package that does not load is reported and skipped: the others are still warmed, and
+  // the exit code says something failed.
   std::vector<kjit::Package> packages;
+  std::size_t broken = 0;
   for (const auto& dir : dirs) {
-    packages.push_back(kjit::Package::load(dir));
+    try {
+      packages.push_back(kjit::Package::load(dir));
+    } catch (const kjit::Error& e) {
+      std::cerr << fmt::format("kjit: skipping the package at {}: {}\n", dir.string(), e.what());
+      ++broken;
+    }
+  }
+  if (packages.empty()) {
+    throw kjit::Error(fmt::format("none of the {} package(s) loads", dirs.size()));
   }
   kjit::RuntimeOptions options;
   options.driver_version = args.driver_version;
@@ -229,7 +241,10 @@ int run_warm(const WarmArgs& args) {
   std::cout << fmt::format("{} compiled, {} already cached, {} failed, in {:.2f} s ({} jobs)\n",
                            summary.compiled, summary.cached, summary.failed, summary.seconds,
                            summary.jobs);
-  return summary.failed == 0 ? 0 : 1;
+  if (broken > 0) {
+    std::cerr << fmt::format("kjit: {} package(s) skipped: they do not load\n", broken);
+  }
+  return summary.failed == 0 && broken == 0 ? 0 : 1;
 }
 
 // ---- cache ----------------------------------------------------------------------------------
@@ -617,8 +632,21 @@ def test_opcheck():
 } // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kjit: pre-warm and manage just-in-time CUDA kernel caches"};
+  CLI::App app{"kjit: pre-warm and manage just-in-time CUDA kernel caches", "kjit"};
   app.require_subcommand(1);
+  // Run by the Python package's `kjit` command, which serves these itself (python_bindings/kjit/
+  // _cli.py): listed here so that one `kjit --help` names every subcommand.
+  if (const char* python = std::getenv("KJIT_PYTHON_CLI"); python != nullptr && *python != '\0') {
+    app.footer(
+      "Package distribution (the Python package's, kjit COMMAND --help for each):\n"
+      "  fetch URL           fetch a package from a git repository into the package store\n"
+      "  lock [PROJECT]      resolve [tool.kjit.dependencies] of pyproject.toml into kjit.lock\n"
+      "  sync                fetch and verify what kjit.lock names (then works offline)\n"
+      "  bundle OUT          copy the locked packages and a pre-warmed store into a folder\n"
+      "  wheel PACKAGE       build a py3-none-any wheel of a kernel package\n"
+      "  versions NAME       the installed versions of a package\n"
+      "  info NAME           a package: version, ops with schemas, kernels, source hash\n");
+  }
   app.set_version_flag("--version", std::string(kjit::version()));
 
   WarmArgs warm_args;
@@ -688,6 +716,22 @@ int main(int argc, char** argv) {
   create->add_option("name", new_name, "package (and op) name")->required();
   create->add_option("dir", new_dir, "folder (default: NAME)");
 
+  if (argc >= 2 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      found = found || sub->get_name() == argv[1];
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (const char* python = std::getenv("KJIT_PYTHON_CLI"); python != nullptr && *python != '\0') {
+      known += ", fetch, lock, sync, bundle, wheel, versions";
+    }
+    if (!found) {
+      std::cerr << fmt::format("kjit: unknown command '{}' (commands: {}; kjit --help)\n", argv[1],
+                               known);
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -19,7 +19,7 @@ from . import _C, _torch_layer
 # NVRTC is looked for in every site-packages of this interpreter (Note [Finding NVRTC]).
 _torch_layer.attach()
 _C.set_python_paths([p for p in sys.path if p])
-from . import _packages
+from . import _locking, _packages
 from ._kernelize import KernelizeReport, kernelize, register_layer  # noqa: F401 (the API)
 from ._errors import (
     CacheError,
@@ -127,9 +127,9 @@ def load_locked(name: str, lock: str | os.PathLike | None = None, trust: bool = 
     What is compiled and run is the bytes that were checked (a private copy of them), never a
     bytecode cache. Python code runs when the entry's source is trusted or `trust` is true; a
     lock itself grants no trust."""
-    lock_path = Path(lock) if lock is not None else _packages.find_lock()
-    path, entry, contents = _packages.verified_package(name, lock_path)
-    data = _packages.read_lock(lock_path)
+    lock_path = Path(lock) if lock is not None else _locking.find_lock()
+    path, entry, contents = _locking.verified_package(name, lock_path)
+    data = _locking.read_lock(lock_path)
     if data.get("store"):
         store = _packages.check_relative(str(data["store"]))
         _C.add_read_only_cache(lock_path.parent / store, _packages.namespace_for(name, Version.parse(entry["version"])))

@@ -1,6 +1,6 @@
 """The `kjit` command installed with the Python package.
 
-Distribution commands run here (fetch, lock, bundle, wheel, versions, info NAME); everything else
+Distribution commands run here (fetch, lock, sync, bundle, wheel, versions, info NAME); everything else
 runs the bundled C++ tool (warm, cache, info, compile, new). Exit codes: 0 success, 1 failure,
 2 usage errors.
 """
@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-PYTHON_COMMANDS = {"fetch", "lock", "bundle", "wheel", "versions"}
+PYTHON_COMMANDS = {"fetch", "lock", "sync", "bundle", "wheel", "versions"}
 
 
 def executable() -> Path:
@@ -28,6 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("--version", help="a range (>=1.1,<2, ^1.2, ~=1.4, 1.1.2) or a commit hash")
     lock = sub.add_parser("lock", help="resolve [tool.kjit.dependencies] of pyproject.toml into kjit.lock")
     lock.add_argument("project", nargs="?", default=".")
+    sync = sub.add_parser("sync", help="fetch and verify what kjit.lock names, so load_locked works here (and offline)")
+    sync.add_argument("--lock", help="the lock file (default: kjit.lock here or above)")
     bundle = sub.add_parser("bundle", help="copy the locked packages and a pre-warmed store into a folder")
     bundle.add_argument("out")
     bundle.add_argument("--arch", help="archs to pre-warm, e.g. sm_80,sm_90")
@@ -47,22 +49,26 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run_python(argv: list[str]) -> int:
     args = _parser().parse_args(argv)  # exits 2 on usage errors
-    from kjit import _packages  # not torch (Note [Lazy kjit]): these commands never need it
+    from kjit import _locking, _packages  # not torch (Note [Lazy kjit]): these commands never need it
 
     if args.command == "fetch":
         candidate = _packages.fetch(args.url, args.version)
         source = json.loads((candidate.path / _packages.SOURCE_FILE).read_text()) if (candidate.path / _packages.SOURCE_FILE).is_file() else {}
         print(f"{candidate.name} {candidate.version} at {source.get('commit', '?')[:12]} -> {candidate.path}")
     elif args.command == "lock":
-        path = _packages.lock(Path(args.project))
+        path = _locking.lock(Path(args.project))
         data = json.loads(path.read_text())
         for name, entry in sorted(data["packages"].items()):
             print(f"{name} {entry['version']} ({entry['requested']}) {entry['hash'][:19]}")
         print(f"wrote {path}")
+    elif args.command == "sync":
+        lock_path = Path(args.lock) if args.lock else _locking.find_lock()
+        for name, version, what, path in _locking.sync(lock_path):
+            print(f"{name} {version}: {what} ({path})")
     elif args.command == "bundle":
-        lock_path = Path(args.lock) if args.lock else _packages.find_lock()
-        out = _packages.bundle(Path(args.out), args.arch, lock_path, executable())
-        print(f"bundled {len(_packages.read_lock(out / 'kjit.lock')['packages'])} package(s) into {out}")
+        lock_path = Path(args.lock) if args.lock else _locking.find_lock()
+        out = _locking.bundle(Path(args.out), args.arch, lock_path, executable())
+        print(f"bundled {len(_locking.read_lock(out / 'kjit.lock')['packages'])} package(s) into {out}")
     elif args.command == "wheel":
         package = _packages.locate(args.package, None).path
         store = None
@@ -76,7 +82,7 @@ def _run_python(argv: list[str]) -> int:
                 if subprocess.run([str(executable()), *command], env=env).returncode != 0:
                     return 1
             store = tmp / "kernels.sqlite"
-        wheel = _packages.build_wheel(package, Path(args.out), store)
+        wheel = _locking.build_wheel(package, Path(args.out), store)
         print(f"wrote {wheel}")
     elif args.command == "versions":
         if not _packages.candidates(args.name):
@@ -87,7 +93,7 @@ def _run_python(argv: list[str]) -> int:
     elif args.command == "info":
         candidate = _packages.locate(args.name, args.version)
         manifest = _packages.read_manifest(candidate.path)
-        hashes = _packages.file_hashes(candidate.path)
+        hashes = _locking.file_hashes(candidate.path)
         report = {
             "name": candidate.name,
             "version": str(candidate.version),
@@ -96,7 +102,7 @@ def _run_python(argv: list[str]) -> int:
             "description": manifest.get("package", {}).get("description", ""),
             "ops": {name: op.get("schema", "") for name, op in manifest.get("op", {}).items()},
             "kernels": {name: k.get("entry", "") for name, k in manifest.get("kernel", {}).items()},
-            "source_hash": _packages.content_hash(hashes),
+            "source_hash": _locking.content_hash(hashes),
         }
         if args.json:
             print(json.dumps(report, indent=2))
@@ -109,6 +115,40 @@ def _run_python(argv: list[str]) -> int:
             print("  kernels: " + ", ".join(f"{k} = {e}" for k, e in report["kernels"].items()))
             print(f"  source hash: {report['source_hash']}")
     return 0
+
+
+# Options of the C++ `warm` that take a value (the rest of its arguments are packages).
+_WARM_VALUES = {"--arch", "--driver-version", "-j", "--jobs", "--remote"}
+
+
+def _warm_argv(argv: list[str]) -> list[str]:
+    """`kjit warm` with packages named as the Python API finds them (KJIT_PATH, the package
+    store, the shipped ones, wheels' entry points: one registry for both halves), given to the
+    C++ tool as folders. No names: every installed package, the highest version of each, and
+    the folders that do not load (the tool reports them and warms the rest)."""
+    from kjit import _packages
+
+    out, names, i = [argv[0]], [], 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg in _WARM_VALUES and i + 1 < len(argv):
+            out += [arg, argv[i + 1]]
+            i += 2
+            continue
+        (out if arg.startswith("-") else names).append(arg)
+        i += 1
+    if any(a in ("-h", "--help") for a in out):
+        return argv
+    folders = []
+    if names:
+        for name in names:
+            folders.append(name if (Path(name) / "kernel.toml").is_file() or Path(name).name == "kernel.toml"
+                           else str(_packages.resolve(name).path))
+    else:
+        found, broken = _packages.installed()
+        # The broken ones too: the tool says why each does not load, warms the rest, exits 1.
+        folders = [str(c.path) for c in found] + [str(path) for path, _ in broken]
+    return out + folders
 
 
 def main() -> None:
@@ -127,6 +167,15 @@ def main() -> None:
     exe = executable()
     if not exe.is_file():
         sys.exit(f"kjit: the command-line tool is missing from this installation ({exe})")
+    if argv and argv[0] == "warm":
+        from kjit._errors import Error
+
+        try:
+            argv = _warm_argv(argv)
+        except Error as e:
+            print(f"kjit: {e}", file=sys.stderr)
+            sys.exit(1)
+    os.environ["KJIT_PYTHON_CLI"] = "1"  # its --help lists the commands served here too
     os.execv(exe, [str(exe), *argv])
 
 

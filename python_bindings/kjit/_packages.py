@@ -1,4 +1,4 @@
-"""Finding, versioning, fetching, locking, bundling and packaging kernel packages.
+"""Finding, versioning and fetching kernel packages (locks, bundles and wheels: _locking).
 
 Layout of a package root (a `KJIT_PATH` folder, the package store, the shipped kernels):
 
@@ -15,27 +15,21 @@ registers `torch.ops.<name>_v<N>`, so two major versions load side by side in on
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
-import io
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 from ._entry_points import entry_point_dirs
 from ._errors import Error, PackageNotFoundError
-from ._safety import UnsafeInputError, check_name, check_url, check_version, inside, package_files, read_regular
+from ._safety import UnsafeInputError, check_name, check_url, inside, package_files, read_regular
 from ._trust import source_trusted, tomllib_module
 from ._versions import Range, Version, _Frozen
 
-LOCK_FORMAT = 1
+LOCK_FORMAT = 2  # 2: no machine paths (1, which had them, is still read)
 SOURCE_FILE = ".kjit-source.json"
 _IGNORED = frozenset({".git", SOURCE_FILE})  # top-level names that are not package files
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -158,6 +152,30 @@ def candidates(name: str, broken: list | None = None) -> list[Candidate]:
     for path in entry_point_dirs(name):
         consider(path, "entry point")
     return found
+
+
+def installed() -> tuple[list[Candidate], list[tuple[Path, Exception]]]:
+    """Every installed package, the highest version of each name (what `kjit warm` with no
+    names warms), and the folders with a kernel.toml that do not load, with their errors."""
+    broken: list = []
+    names = set()
+    for root in search_path():
+        if not root.is_dir():
+            continue
+        for folder in sorted(root.iterdir()):
+            if not folder.is_dir() or folder.name.startswith("."):
+                continue
+            if (folder / "kernel.toml").is_file() or any((c / "kernel.toml").is_file() for c in folder.iterdir() if c.is_dir()):
+                names.add(folder.name)
+    from ._entry_points import entry_points
+
+    names.update(point for point, _ in entry_points())
+    best = []
+    for name in sorted(names):
+        found = candidates(name, broken)
+        if found:
+            best.append(max(found, key=lambda c: c.version))
+    return best, broken
 
 
 def resolve(name: str, version: str | None = None) -> Candidate:
@@ -310,6 +328,14 @@ def fetch(url: str, version: str | None = None) -> Candidate:
     return Candidate(name, found_version, dest, "store")
 
 
+def check_relative(text: str) -> Path:
+    """A relative file path from a lock or a repository: no absolute path, no '..', no NUL."""
+    path = Path(text)
+    if not text or "\0" in text or "\\" in text or path.is_absolute() or ".." in path.parts or path.as_posix() != text:
+        raise UnsafeInputError(f"file name '{text}' is not a plain relative path")
+    return path
+
+
 def write_files(dest: Path, files: dict) -> None:
     """Writes `files` (relative path -> bytes, checked by package_files or check_relative) into
     the new folder `dest`, refusing any path that would leave it."""
@@ -321,247 +347,6 @@ def write_files(dest: Path, files: dict) -> None:
         inside(root, target.parent)
         with open(target, "xb") as out:  # never through an existing file or link
             out.write(data)
-
-
-# ---- locking --------------------------------------------------------------------------------
-
-
-def check_relative(text: str) -> Path:
-    """A relative file path from a lock or a repository: no absolute path, no '..', no NUL."""
-    path = Path(text)
-    if not text or "\0" in text or "\\" in text or path.is_absolute() or ".." in path.parts or path.as_posix() != text:
-        raise UnsafeInputError(f"file name '{text}' is not a plain relative path")
-    return path
-
-
-def sha256(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def package_contents(path: Path) -> dict[str, bytes]:
-    """Every file of a package folder (relative posix path -> bytes), read once."""
-    try:
-        return {f.as_posix(): read_regular(path / f) for f in package_files(path, ignored=_IGNORED)}
-    except UnsafeInputError as e:
-        raise LockError(str(e)) from None
-
-
-def file_hashes(path: Path) -> dict[str, str]:
-    return {name: sha256(data) for name, data in package_contents(path).items()}
-
-
-def content_hash(hashes: dict[str, str]) -> str:
-    text = "\n".join(f"{name} {digest}" for name, digest in sorted(hashes.items()))
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
-def project_dependencies(project: Path) -> dict[str, dict]:
-    tomllib = tomllib_module()
-    if tomllib is None:
-        raise Error("reading pyproject.toml needs Python 3.11 (tomllib)")
-    pyproject = project / "pyproject.toml"
-    data = tomllib.loads(pyproject.read_text())
-    deps = data.get("tool", {}).get("kjit", {}).get("dependencies")
-    if deps is None:
-        raise Error(f"{pyproject} has no [tool.kjit.dependencies]")
-    result = {}
-    for name, spec in deps.items():
-        check_name(name, f"{pyproject}: tool.kjit.dependencies key")
-        if isinstance(spec, str):
-            spec = {"version": spec}
-        unknown = set(spec) - {"version", "source"}
-        if unknown:
-            raise Error(f"{pyproject}: tool.kjit.dependencies.{name}: unknown key(s) {sorted(unknown)}")
-        result[name] = spec
-    return result
-
-
-def lock(project: Path) -> Path:
-    """Resolves [tool.kjit.dependencies] of `project`/pyproject.toml and writes kjit.lock."""
-    packages = {}
-    for name, spec in project_dependencies(project).items():
-        version = spec.get("version")
-        if spec.get("source"):
-            candidate = fetch(spec["source"], version)
-            if candidate.name != name:
-                raise Error(f"'{spec['source']}' holds package '{candidate.name}', not '{name}'")
-        else:
-            candidate = resolve(name, version)
-        source = _source_info(candidate.path)
-        hashes = file_hashes(candidate.path)
-        packages[name] = {
-            "version": str(candidate.version),
-            "requested": version or "*",
-            "source": source.get("url", spec.get("source", "")),
-            "commit": source.get("commit", ""),
-            "path": str(candidate.path),
-            "files": hashes,
-            "hash": content_hash(hashes),
-        }
-    path = project / "kjit.lock"
-    path.write_text(json.dumps({"format": LOCK_FORMAT, "packages": packages}, indent=2, sort_keys=True) + "\n")
-    return path
-
-
-def find_lock(start: Path | None = None) -> Path:
-    if os.environ.get("KJIT_LOCK"):
-        return Path(os.environ["KJIT_LOCK"])
-    here = (start or Path.cwd()).resolve()
-    for folder in [here, *here.parents]:
-        if (folder / "kjit.lock").is_file():
-            return folder / "kjit.lock"
-    raise LockError(f"no kjit.lock in {here} or its parents (run `kjit lock`, or set KJIT_LOCK)")
-
-
-def read_lock(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise LockError(f"cannot read lock file '{path}': {e}") from e
-    if data.get("format") != LOCK_FORMAT:
-        raise LockError(f"'{path}' has lock format {data.get('format')}, this kjit reads {LOCK_FORMAT}")
-    return data
-
-
-def _checked_entry(lock_path: Path, name: str, entry: object) -> dict:
-    """A lock entry whose fields are safe to use (a lock may come from elsewhere)."""
-    where = f"'{lock_path}': package '{name}'"
-    try:
-        check_name(name, f"'{lock_path}': package name")
-        if not isinstance(entry, dict):
-            raise UnsafeInputError(f"{where}: the entry is not an object")
-        check_version(entry.get("version"), f"{where}: version")
-        for key in ("path", "source", "commit"):
-            if not isinstance(entry.get(key, ""), str):
-                raise UnsafeInputError(f"{where}: '{key}' is not a string")
-        files = entry.get("files")
-        if not isinstance(files, dict) or not files:
-            raise UnsafeInputError(f"{where}: 'files' is not a non-empty object")
-        for file, digest in files.items():
-            check_relative(file)
-            if not isinstance(digest, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-                raise UnsafeInputError(f"{where}: file '{file}' has no sha256 digest")
-    except UnsafeInputError as e:
-        raise LockError(str(e)) from None
-    return entry
-
-
-def verified_package(name: str, lock_path: Path) -> tuple[Path, dict, dict[str, bytes]]:
-    """Locked package `name`: its folder, its lock entry and the bytes of every file, each file
-    read once and checked against the lock. Use the bytes, not the folder: it may change after."""
-    data = read_lock(lock_path)
-    packages = data.get("packages")
-    if not isinstance(packages, dict):
-        raise LockError(f"'{lock_path}' has no 'packages' object")
-    if name not in packages:
-        raise LockError(f"'{lock_path}' locks no package '{name}' (locked: {', '.join(sorted(packages))})")
-    entry = _checked_entry(lock_path, name, packages[name])
-    path = Path(entry.get("path", ""))
-    if not path.is_absolute():
-        path = lock_path.parent / path
-    if not (path / "kernel.toml").is_file():
-        raise LockError(f"locked package '{name}' {entry['version']} is missing: no kernel.toml in '{path}'")
-    contents = package_contents(path)
-    for file, digest in entry["files"].items():
-        actual = sha256(contents[file]) if file in contents else None
-        if actual != digest:
-            state = "is missing" if actual is None else f"has {actual}"
-            raise LockError(f"'{lock_path}': {name} {entry['version']}: file '{file}' {state}, the lock has {digest}; refusing to compile it")
-    extra = sorted(set(contents) - set(entry["files"]))
-    if extra:
-        raise LockError(f"'{lock_path}': {name} {entry['version']}: file '{extra[0]}' is not in the lock; refusing to compile it")
-    return path, entry, contents
-
-
-# ---- bundles and wheels ---------------------------------------------------------------------
-
-
-def bundle(out: Path, archs: str | None, lock_path: Path, cli: Path) -> Path:
-    """Copies the locked packages and a pre-warmed read-only store into `out`.
-
-    The bundle is made in a folder beside `out` and renamed into place when complete, so a failure
-    leaves no partial bundle. An existing `out` is replaced only when it is an earlier bundle (it
-    holds a kjit.lock) or empty."""
-    data = read_lock(lock_path)
-    out = Path(os.path.abspath(out))
-    if out.exists() and (not out.is_dir() or out.is_symlink() or (any(out.iterdir()) and not (out / "kjit.lock").is_file())):
-        raise Error(f"'{out}' exists and is not an earlier bundle (no kjit.lock): refusing to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    try:
-        bundled = {}
-        dirs = []
-        for name in sorted(data.get("packages", {})):
-            _, entry, contents = verified_package(name, lock_path)
-            relative = Path("packages") / name / entry["version"]
-            write_files(staging / relative, contents)
-            bundled[name] = dict(entry, path=relative.as_posix())
-            dirs.append(str(out / relative))
-        lock_data = {"format": LOCK_FORMAT, "packages": bundled}
-        if archs:
-            with tempfile.TemporaryDirectory(prefix="kjit-bundle-") as tmp:
-                env = dict(os.environ, KJIT_CACHE_DIR=tmp)
-                env.pop("KJIT_CACHE_READONLY", None)
-                staged = [str(staging / Path(d).relative_to(out)) for d in dirs]
-                store = staging / "kernels.sqlite"
-                for args in (["warm", *staged, "--arch", archs], ["cache", "export", str(store), "--arch", archs]):
-                    result = subprocess.run([str(cli), *args], env=env)
-                    if result.returncode != 0:
-                        raise Error(f"kjit {args[0]} failed while bundling (exit {result.returncode})")
-            lock_data["store"] = "kernels.sqlite"
-        (staging / "kjit.lock").write_text(json.dumps(lock_data, indent=2, sort_keys=True) + "\n")
-        staging.chmod(0o755)
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            out.rename(old)
-        staging.rename(out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return out
-
-
-def _record_line(name: str, data: bytes) -> list[str]:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return [name, f"sha256={digest}", str(len(data))]
-
-
-def build_wheel(package: Path, out_dir: Path, store: Path | None = None) -> Path:
-    """A py3-none-any wheel of a kernel package that registers itself with kjit when installed."""
-    name, version = package_identity(package)
-    check_name(name, f"{package}: package.name")
-    module = f"kjit_pkg_{name}"
-    dist = f"kjit_pkg_{name}"
-    files = {f"{module}/{relative}": data for relative, data in package_contents(package).items()}
-    files.setdefault(f"{module}/__init__.py", b"")
-    if store is not None:
-        files[f"{module}/kernels.sqlite"] = store.read_bytes()
-    info = f"{dist}-{version}.dist-info"
-    files[f"{info}/METADATA"] = (
-        f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n"
-        f"Summary: kjit kernel package {name}\nRequires-Dist: kjit\n"
-    ).encode()
-    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: kjit\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    files[f"{info}/entry_points.txt"] = f"[kjit.packages]\n{name} = {module}\n".encode()
-    record = io.StringIO()
-    writer = csv.writer(record, lineterminator="\n")
-    for path, data in files.items():
-        writer.writerow(_record_line(path, data))
-    writer.writerow([f"{info}/RECORD", "", ""])
-    files[f"{info}/RECORD"] = record.getvalue().encode()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    wheel = out_dir / f"{dist}-{version}-py3-none-any.whl"
-    partial = out_dir / f".{wheel.name}.partial-{os.getpid()}"
-    try:
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
-            for path, data in files.items():
-                archive.writestr(path, data)
-        partial.replace(wheel)
-    finally:
-        partial.unlink(missing_ok=True)
-    return wheel
 
 
 def locate(name_or_path, version: str | None) -> Candidate:

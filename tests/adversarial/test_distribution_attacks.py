@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import kjit
-from kjit import _packages
+from kjit import _locking
 
 from attack_helpers import cli, env, git, make_package, make_repo, python, tree  # noqa: F401 (env: a fixture)
 
@@ -100,8 +100,8 @@ def test_a_fetched_manifest_name_cannot_leave_the_store(tmp_path, env, name):
 )
 def test_crafted_lock_entries_are_refused_and_bundle_deletes_nothing(tmp_path, env, field, value, message):
     package = make_package(tmp_path / "root" / "gray")
-    hashes = _packages.file_hashes(package)
-    entry = {"version": "1.0.0", "source": "", "commit": "", "path": str(package), "files": hashes, "hash": _packages.content_hash(hashes)}
+    hashes = _locking.file_hashes(package)
+    entry = {"version": "1.0.0", "source": "", "commit": "", "path": str(package), "files": hashes, "hash": _locking.content_hash(hashes)}
     entry[field] = value
     lock = tmp_path / "kjit.lock"
     lock.write_text(json.dumps({"format": 1, "packages": {"gray": entry}}))
@@ -114,7 +114,7 @@ def test_crafted_lock_entries_are_refused_and_bundle_deletes_nothing(tmp_path, e
     assert (victim / "keep" / "data").read_text() == "precious"
     assert not out.exists() and list((tmp_path / "out").iterdir()) == []  # no partial bundle
     with pytest.raises(kjit.LockError, match=message):
-        _packages.verified_package("gray", lock)
+        _locking.verified_package("gray", lock)
 
 
 def test_bundle_refuses_to_replace_a_folder_that_is_not_a_bundle(tmp_path, env):
@@ -154,7 +154,7 @@ def test_symlinked_files_are_refused_by_lock_and_wheel(tmp_path, env):
     package = make_package(tmp_path / "root" / "gray")
     (package / "notes.txt").symlink_to(secret)
     with pytest.raises(kjit.LockError, match="symbolic link"):
-        _packages.file_hashes(package)
+        _locking.file_hashes(package)
     result = cli("wheel", package, "-o", tmp_path / "dist", env=env)
     assert result.returncode == 1 and "symbolic link" in result.stderr
     assert not (tmp_path / "dist").exists() or list((tmp_path / "dist").iterdir()) == []
@@ -200,14 +200,16 @@ def test_a_planted_bytecode_cache_never_runs(tmp_path, env):
     assert not marker.exists()
 
 
-def test_unlisted_files_are_refused_pycache_included(tmp_path, env):
+def test_unlisted_files_are_refused_pycache_included(tmp_path, env, monkeypatch):
     package, project = locked_project(tmp_path, env)
+    for key, value in env.items():  # verified_package below runs in this process
+        monkeypatch.setenv(key, value)
     for extra in ["helper.cuh", "__pycache__/payload.py", "sub/x.h"]:
         path = package / extra
         path.parent.mkdir(exist_ok=True)
         path.write_text("// not locked\n")
         with pytest.raises(kjit.LockError, match="is not in the lock"):
-            _packages.verified_package("gray", project / "kjit.lock")
+            _locking.verified_package("gray", project / "kjit.lock")
         path.unlink()
 
 
@@ -228,11 +230,13 @@ def test_a_locked_package_loads_the_bytes_that_were_checked(tmp_path, env):
     assert Path(folder) != package and mode == "0o700"  # a private copy, not the shared folder
 
 
-def test_the_lock_covers_every_python_file(tmp_path, env):
+def test_the_lock_covers_every_python_file(tmp_path, env, monkeypatch):
     package, project = locked_project(tmp_path, env)
+    for key, value in env.items():  # verified_package below runs in this process
+        monkeypatch.setenv(key, value)
     (package / "__init__.py").write_text((package / "__init__.py").read_text() + "\nimport os  # drift\n")
     with pytest.raises(kjit.LockError, match="'__init__.py' has sha256"):
-        _packages.verified_package("gray", project / "kjit.lock")
+        _locking.verified_package("gray", project / "kjit.lock")
 
 
 # ---- 5. trust policy ------------------------------------------------------------------------

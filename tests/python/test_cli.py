@@ -246,3 +246,21 @@ def test_subcommands_import_torch_only_when_they_need_it(tmp_path):
         assert not {"torch", "kjit._api"} & imported, sorted(imported)
     probe = "import sys, kjit; assert not {'torch', 'kjit._C'} & set(sys.modules); kjit.load; assert 'torch' in sys.modules"
     subprocess.run([sys.executable, "-c", probe], check=True, env=env, timeout=120)
+
+
+def test_help_names_every_command_and_the_readme_table_has_each():
+    text = run("--help", check=0).stdout
+    assert text.startswith("kjit: ") and "Usage: kjit [OPTIONS] SUBCOMMAND" in text  # no binary path
+    commands = ["warm", "cache", "info", "compile", "new", "fetch", "lock", "sync", "bundle", "wheel", "versions"]
+    for command in commands:
+        assert f"\n  {command} " in text, command
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme[readme.index("| command | does |"):]
+    table = table[: table.index("\n\n")]
+    for command in commands:
+        assert f"`kjit {command}" in table, f"the README's command table lacks kjit {command}"
+
+
+def test_an_unknown_command_is_a_usage_error_naming_the_commands():
+    result = run("bogus", check=2)
+    assert "kjit: unknown command 'bogus'" in result.stderr and "sync" in result.stderr and "warm" in result.stderr

@@ -253,7 +253,8 @@ def test_lock_then_load_locked_refuses_tampered_files(repo, env, tmp_path):
         {**env, "KJIT_TRUSTED_SOURCES": repo.as_uri()},  # its CPU code runs: the source is trusted
         cwd=project,
     )
-    source = Path(gray["path"]) / "img2gray.cu"
+    assert "path" not in gray and env["KJIT_PACKAGES_DIR"] not in (project / "kjit.lock").read_text()
+    source = Path(env["KJIT_PACKAGES_DIR"]) / "gray" / "1.1.0" / "img2gray.cu"
     source.write_text(source.read_text() + "\n// drifted\n")
     refused = python(
         """
@@ -269,6 +270,50 @@ def test_lock_then_load_locked_refuses_tampered_files(repo, env, tmp_path):
     assert "file 'img2gray.cu' has sha256:" in refused.stdout
     assert gray["files"]["img2gray.cu"] in refused.stdout
     assert "kjit.lock" in refused.stdout
+
+
+def test_a_lock_travels_to_another_machine_and_loads_offline_after_sync(repo, tmp_path):
+    """Locked on machine A (its HOME and package store); on machine B (another HOME and store)
+    `kjit sync` fetches exactly what the lock names, after which load_locked works offline with
+    the repository gone."""
+    def machine(name):
+        root = tmp_path / name
+        return {"HOME": str(root / "home"), "KJIT_PACKAGES_DIR": str(root / "store"),
+                "KJIT_CACHE_DIR": str(root / "cache"), "KJIT_PATH": ""}
+
+    a, b = machine("a"), machine("b")
+    project = tmp_path / "app"
+    write_project(project, repo.as_uri())
+    cli("lock", env=a, cwd=project)
+    assert str(tmp_path / "a") not in (project / "kjit.lock").read_text()  # no machine paths
+    elsewhere = tmp_path / "b" / "app"
+    elsewhere.mkdir(parents=True)
+    shutil.copy(project / "kjit.lock", elsewhere / "kjit.lock")
+    load = """
+        import kjit, torch
+        gray = kjit.load_locked("gray")
+        assert gray.__version__ == "1.1.0"
+        print(gray.img2gray(torch.zeros(2, 2, 3, dtype=torch.uint8)).shape)
+        """
+    missing = python(load, b, cwd=elsewhere, check=False)
+    assert missing.returncode != 0 and "run `kjit sync` to fetch it from" in missing.stderr
+    synced = cli("sync", env=b, cwd=elsewhere).stdout
+    assert f"gray 1.1.0: fetched from {repo.as_uri()}" in synced and "activation 1.0.0: present" in synced
+    assert "gray 1.1.0: present" in cli("sync", env=b, cwd=elsewhere).stdout
+    shutil.move(str(repo), str(tmp_path / "repo-gone"))
+    offline = {**b, "KJIT_OFFLINE": "1", "KJIT_TRUSTED_SOURCES": repo.as_uri()}
+    assert python(load, offline, cwd=elsewhere).stdout.strip() == "torch.Size([2, 2])"
+    assert "gray 1.1.0: present" in cli("sync", env=offline, cwd=elsewhere).stdout
+
+
+def test_sync_refuses_a_copy_that_differs_from_the_lock(repo, env, tmp_path):
+    project = tmp_path / "app"
+    write_project(project, repo.as_uri())
+    cli("lock", env=env, cwd=project)
+    kernel = Path(env["KJIT_PACKAGES_DIR"]) / "gray" / "1.1.0" / "img2gray.cu"
+    kernel.write_text(kernel.read_text() + "// changed\n")
+    result = cli("sync", env=env, cwd=project, check=1)
+    assert "file 'img2gray.cu' has sha256:" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_bundle_works_offline_from_a_read_only_folder(repo, env, tmp_path):
@@ -338,6 +383,30 @@ def test_wheel_installs_into_a_fresh_environment_and_loads(tmp_path, env):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("1.2.0") and "site-packages/kjit_pkg_gray/kernel.toml" in result.stdout
+    # The command finds it by name too (one registry for both halves of the CLI).
+    warm = subprocess.run(
+        [bin_dir / "python", "-m", "kjit", "warm", "gray", "--arch", "sm_90"], capture_output=True, text=True,
+        env={**os.environ, "KJIT_PATH": "", "KJIT_PACKAGES_DIR": str(tmp_path / "empty"),
+             "KJIT_CACHE_DIR": str(tmp_path / "warm-cache")},
+    )
+    assert warm.returncode == 0 and "1 compiled, 0 already cached, 0 failed" in warm.stdout, warm.stdout + warm.stderr
+
+
+def test_warm_finds_fetched_packages_by_name_and_skips_a_broken_one(repo, env, tmp_path):
+    """`kjit warm` sees what kjit.load sees: a package fetched into the store, by name and with
+    no names; a broken package beside good ones is reported and the good ones are warmed."""
+    cli("fetch", repo.as_uri(), "--version", "^1", env=env)
+    by_name = cli("warm", "gray", "--arch", "sm_90", env=env).stdout
+    assert "warming 1 package(s)" in by_name and "gray/img2gray" in by_name
+    broken = Path(env["KJIT_PATH"]) / "brokenpkg"
+    broken.mkdir(parents=True)
+    (broken / "kernel.toml").write_text('[package]\nname = "brokenpkg"\nversion = "1.0.0"\n[op.x]\nschema = 3\n')
+    result = cli("warm", "--arch", "sm_90", env=env, check=1)
+    assert f"skipping the package at {broken}" in result.stderr and "kernel.toml:5" in result.stderr
+    assert "1 package(s) skipped" in result.stderr
+    assert "gray/img2gray" in result.stdout and "activation/" in result.stdout and "0 failed" in result.stdout
+    named = cli("warm", "brokenpkg", "--arch", "sm_90", env=env, check=1)
+    assert "kernel package 'brokenpkg' at" in named.stderr and "does not load" in named.stderr
 
 
 def _metadata_points(group):
