@@ -68,8 +68,7 @@ bool Statement::step() {
   if (rc == SQLITE_DONE) {
     return false;
   }
-  const std::string message =
-    std::string("sqlite3_step failed: ") + sqlite3_errmsg(sqlite3_db_handle(m_stmt));
+  const std::string message = std::string("SQLite: ") + sqlite3_errmsg(sqlite3_db_handle(m_stmt));
   sqlite3_reset(m_stmt);
   throw SqliteFailure{rc, message};
 }

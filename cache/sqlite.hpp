@@ -77,14 +77,15 @@ private:
 
 } // namespace kjit::detail
 
-// Runs an sqlite3_* call returning a result code; throws `SqliteFailure` naming the call and
-// SQLite's message unless it returned one of SQLITE_OK, SQLITE_ROW, SQLITE_DONE.
+// Runs an sqlite3_* call returning a result code; throws `SqliteFailure` with SQLite's message
+// (what a user can act on: "file is not a database", "database or disk is full"; not the call)
+// unless it returned one of SQLITE_OK, SQLITE_ROW, SQLITE_DONE.
 #define KJIT_SQLITE_CHECK(db, call)                                                                \
   do {                                                                                             \
     const int kjit_rc_ = (call);                                                                   \
     if (kjit_rc_ != SQLITE_OK && kjit_rc_ != SQLITE_ROW && kjit_rc_ != SQLITE_DONE) {              \
       throw ::kjit::detail::SqliteFailure{                                                         \
-        kjit_rc_, std::string(#call " failed: ") +                                                 \
+        kjit_rc_, std::string("SQLite: ") +                                                        \
                     ((db) != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(kjit_rc_))};            \
     }                                                                                              \
   } while (false)

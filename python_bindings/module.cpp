@@ -119,6 +119,11 @@ py::dict load_package(const std::filesystem::path& path, std::optional<std::stri
     warm.append(py::make_tuple(item.op, item.kernel));
   }
   info["warm"] = warm;
+  py::list gaps;
+  for (const auto& gap : package.warm_gaps()) {
+    gaps.append(py::make_tuple(gap.op, gap.kernel, gap.needs, gap.fix));
+  }
+  info["warm_gaps"] = gaps;
   info["handle"] = PackageHandle{std::move(package)};
   return info;
 }

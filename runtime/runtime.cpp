@@ -313,6 +313,8 @@ struct Runtime::Impl {
     if (store != nullptr) {
       lookup = store->get(key_hex, stored);
       if (lookup == Lookup::hit) {
+        detail::log(LogLevel::debug, "'{}' for {}: hit in the store (key {})", program.name(),
+                    target.name(), key_hex);
         return from_store(stored, target, key_hex);
       }
     }
@@ -320,8 +322,15 @@ struct Runtime::Impl {
     for (const auto& read_only : cache.read_only_stores()) {
       if (read_only.serves(program.options().scope) &&
           read_only.store->get(key_hex, stored) == Lookup::hit) {
+        detail::log(LogLevel::debug, "'{}' for {}: hit in the read-only store {} (key {})",
+                    program.name(), target.name(), read_only.store->path().string(), key_hex);
         return from_store(stored, target, key_hex);
       }
+    }
+    if (store != nullptr || !cache.read_only_stores().empty()) {
+      detail::log(LogLevel::debug, "'{}' for {}: {} in the store{} (key {})", program.name(),
+                  target.name(), lookup == Lookup::corrupt ? "a damaged entry" : "miss",
+                  cache.read_only_stores().empty() ? "" : "s, read-only ones included", key_hex);
     }
     if (store != nullptr) {
       // Processes that miss together compile once: the first holds the key's lock while it

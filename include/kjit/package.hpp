@@ -104,6 +104,15 @@ struct WarmItem {
   std::string kernel; // the name to ask the runtime for (a name expression for templates)
 };
 
+// A kernel of an op that `warm_list` cannot pre-compile: a specialization placeholder with no
+// warm values (and no default from the op's dtype checks).
+struct WarmGap {
+  std::string op;
+  std::string kernel;             // the kernel's declared name
+  std::vector<std::string> needs; // the placeholders without values
+  std::string fix;                // what to add to the manifest
+};
+
 // Op namespaces no package may take: torch's own ("aten", "prim", "torch", ...) and kjit's.
 const std::vector<std::string>& reserved_namespaces();
 
@@ -135,8 +144,13 @@ public:
              const std::vector<std::pair<std::string, std::string>>& values) const;
 
   // Every (op, specialization) the manifest asks to pre-warm: each op's `warm` values, or the one
-  // program of an op that has no placeholders.
+  // program of an op that has no placeholders. A placeholder without warm values whose
+  // specialization is a tensor's dtype (`T = "x.dtype"`) takes the dtypes the op's checks
+  // compare that tensor with (`x.dtype == float16 || ...`).
   std::vector<WarmItem> warm_list() const;
+
+  // The kernels warm_list leaves out, with why and the fix (empty when it leaves none out).
+  std::vector<WarmGap> warm_gaps() const;
 
   // Internal: the parsed specs of the ops, in `ops()` order.
   const std::vector<std::shared_ptr<const detail::OpSpec>>& op_specs() const noexcept;

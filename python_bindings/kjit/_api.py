@@ -59,10 +59,13 @@ def versions(name: str) -> list[str]:
     return [str(v) for v in sorted({c.version for c in _packages.candidates(name)})]
 
 
-def fetch(url: str, version: str | None = None) -> Path:
+def fetch(url: str, version: str | None = None, refresh: bool = True) -> Path:
     """Fetches a kernel package from a git repository (tags vX.Y.Z; `version` a range, or a
-    commit hash to pin) into the package store; returns its folder. Not with KJIT_OFFLINE=1."""
-    return _packages.fetch(url, version).path
+    commit hash to pin) into the package store; returns its folder. Asks the remote for its
+    newest matching tag unless refresh=False (then a fetched copy that matches serves); a remote
+    that cannot be reached, with a matching copy fetched before, is a warning. Not with
+    KJIT_OFFLINE=1."""
+    return _packages.fetch(url, version, refresh).path
 
 
 def _package_module(info: dict, source: bytes | None) -> types.ModuleType | None:
@@ -85,7 +88,8 @@ def load(name_or_path: str | os.PathLike, version: str | None = None, trust: boo
 
     `name_or_path`: a package name (searched in `search_path()` and installed wheels), a folder
     with a kernel.toml, or a git URL (fetched into the package store on first use unless
-    KJIT_OFFLINE=1). `version`: a range such as ">=1.1,<2", "^1.2", "~=1.4", or an exact "1.1.2";
+    KJIT_OFFLINE=1; later a fetched copy that matches `version` serves without network: `kjit
+    fetch URL` or kjit.fetch refreshes). `version`: a range such as ">=1.1,<2", "^1.2", "~=1.4", or an exact "1.1.2";
     the highest matching version wins.
 
     Returns a module with one callable per op: `torch.ops.<namespace>.<op>` itself, so calls go

@@ -49,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run_python(argv: list[str]) -> int:
     args = _parser().parse_args(argv)  # exits 2 on usage errors
+    import warnings
+
+    # A warning is one line, as the C++ half writes them (not Python's file:line: UserWarning).
+    warnings.showwarning = lambda message, *_: print(f"kjit: warning: {message}", file=sys.stderr)
     from kjit import _locking, _packages  # not torch (Note [Lazy kjit]): these commands never need it
 
     if args.command == "fetch":

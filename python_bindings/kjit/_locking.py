@@ -64,7 +64,13 @@ def project_dependencies(project: Path) -> dict[str, dict]:
     if tomllib is None:
         raise Error("reading pyproject.toml needs Python 3.11 (tomllib)")
     pyproject = project / "pyproject.toml"
-    data = tomllib.loads(pyproject.read_text())
+    if not pyproject.is_file():
+        raise Error(f"no pyproject.toml in '{project}': `kjit lock` reads the project's kernels from its "
+                    "[tool.kjit.dependencies] (e.g. img2gray = \"^1\")")
+    try:
+        data = tomllib.loads(pyproject.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise Error(f"cannot read '{pyproject}': {e}") from None
     deps = data.get("tool", {}).get("kjit", {}).get("dependencies")
     if deps is None:
         raise Error(f"{pyproject} has no [tool.kjit.dependencies]")

@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 
 from ._entry_points import entry_point_dirs
@@ -263,23 +264,35 @@ def _stored_from(url: str, wanted: Range | None, revision: str | None) -> Candid
     return best
 
 
-def fetch(url: str, version: str | None = None) -> Candidate:
+def fetch(url: str, version: str | None = None, refresh: bool = True) -> Candidate:
     """Fetches a package from a git repository into the package store.
 
     `version` is a range matched against the repository's `vX.Y.Z` tags (the highest wins), or a
     commit hash (7 to 40 hex digits) that pins an exact revision.
+
+    refresh=False (offline first, what kjit.load of a URL does): a fetched copy that satisfies
+    the request is used without asking the remote. refresh=True asks the remote for its tags;
+    when the remote cannot be reached and a fetched copy satisfies the request, that copy is
+    used with a warning.
     """
     check_url(url)
     revision = version.lower() if version and re.fullmatch(r"[0-9a-fA-F]{7,40}", version) else None
     wanted = Range.parse(version) if version and not revision else None
-    if offline():
-        stored = _stored_from(url, wanted, revision)
+    stored = _stored_from(url, wanted, revision)
+    if offline() or (stored is not None and (not refresh or revision is not None)):
         if stored is None:
             raise FetchError(f"KJIT_OFFLINE=1: not fetching '{url}' (version {version or 'any'}), and no fetched copy matches")
         return stored
     tag = None
     if revision is None:
-        tags = remote_versions(url)
+        try:
+            tags = remote_versions(url)
+        except FetchError as e:
+            if stored is None:
+                raise
+            warnings.warn(f"cannot reach '{url}' ({e}); using the fetched {stored.name} {stored.version}",
+                          stacklevel=2)
+            return stored
         matching = [v for v in tags if (wanted.matches(v) if wanted else not v.pre)]
         if not matching:
             have = ", ".join(str(v) for v in sorted(tags)) or "none"
@@ -354,7 +367,7 @@ def locate(name_or_path, version: str | None) -> Candidate:
     extension (the manifest is read by the C++ parser) but not torch."""
     text = str(name_or_path)
     if is_url(text):
-        return fetch(text, version)
+        return fetch(text, version, refresh=False)  # offline first: a fetched copy serves
     path = Path(name_or_path)
     if path.name == "kernel.toml" and path.is_file():
         path = path.parent

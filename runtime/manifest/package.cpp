@@ -378,6 +378,69 @@ Package::specialize(const KernelDecl& kernel,
   return {Program::from_file(kernel.source, std::move(options)), entry};
 }
 
+namespace {
+
+// The dtypes the checks of `op` compare tensor `tensor` with (`tensor.dtype == float16`), in
+// order of appearance, each once.
+std::vector<std::string> checked_dtypes(const OpDecl& op, const std::string& tensor) {
+  std::vector<std::string> found;
+  const std::string lhs = tensor + ".dtype";
+  for (const auto& check : op.checks) {
+    for (std::size_t at = check.find(lhs); at != std::string::npos; at = check.find(lhs, at + 1)) {
+      if (at > 0 && (std::isalnum(static_cast<unsigned char>(check[at - 1])) != 0 ||
+                     check[at - 1] == '_' || check[at - 1] == '.')) {
+        continue; // part of a longer name
+      }
+      std::size_t i = at + lhs.size();
+      while (i < check.size() && check[i] == ' ') {
+        ++i;
+      }
+      if (check.compare(i, 2, "==") != 0) {
+        continue;
+      }
+      i += 2;
+      while (i < check.size() && check[i] == ' ') {
+        ++i;
+      }
+      std::size_t end = i;
+      while (end < check.size() &&
+             (std::isalnum(static_cast<unsigned char>(check[end])) != 0 || check[end] == '_')) {
+        ++end;
+      }
+      const std::string name = check.substr(i, end - i);
+      detail::DType dtype{};
+      if (detail::parse_dtype(name, dtype) &&
+          std::find(found.begin(), found.end(), name) == found.end()) {
+        found.push_back(name);
+      }
+    }
+  }
+  return found;
+}
+
+// The warm values of placeholder `param` of `op`: its `warm` entry, else the dtypes its checks
+// allow when it specializes on a tensor's dtype, else none.
+std::vector<std::string> warm_values(const OpDecl& op, const detail::SpecParam& param) {
+  const auto warm = std::find_if(op.warm.begin(), op.warm.end(),
+                                 [&](const auto& w) { return w.first == param.name; });
+  if (warm != op.warm.end()) {
+    return warm->second;
+  }
+  const std::string& text = param.expr.text();
+  const std::string suffix = ".dtype";
+  if (text.size() > suffix.size() && text.ends_with(suffix)) {
+    const std::string tensor = text.substr(0, text.size() - suffix.size());
+    if (std::all_of(tensor.begin(), tensor.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+        })) {
+      return checked_dtypes(op, tensor);
+    }
+  }
+  return {};
+}
+
+} // namespace
+
 std::vector<WarmItem> Package::warm_list() const {
   std::vector<WarmItem> items;
   std::set<std::string> seen; // programs shared by several ops are warmed once
@@ -388,15 +451,14 @@ std::vector<WarmItem> Package::warm_list() const {
       // The cartesian product of the warm lists, in declaration order.
       std::vector<std::vector<std::pair<std::string, std::string>>> combos{{}};
       for (const auto& param : launch.specialize) {
-        const auto warm = std::find_if(op.warm.begin(), op.warm.end(),
-                                       [&](const auto& w) { return w.first == param.name; });
-        if (warm == op.warm.end()) {
-          combos.clear(); // a placeholder without warm values: nothing to pre-compile
+        const std::vector<std::string> values = warm_values(op, param);
+        if (values.empty()) {
+          combos.clear(); // a placeholder without warm values: a gap (warm_gaps)
           break;
         }
         std::vector<std::vector<std::pair<std::string, std::string>>> next;
         for (const auto& combo : combos) {
-          for (const auto& text : warm->second) {
+          for (const auto& text : values) {
             const Expr value = Expr::parse(text, {});
             auto extended = combo;
             extended.emplace_back(
@@ -415,6 +477,30 @@ std::vector<WarmItem> Package::warm_list() const {
     }
   }
   return items;
+}
+
+std::vector<WarmGap> Package::warm_gaps() const {
+  std::vector<WarmGap> gaps;
+  for (std::size_t o = 0; o < m_impl->ops.size(); ++o) {
+    const OpDecl& op = m_impl->ops[o];
+    for (const auto& launch : m_impl->specs[o]->launches) {
+      WarmGap gap{op.name, m_impl->kernels[launch.kernel].name, {}, {}};
+      std::string example;
+      for (const auto& param : launch.specialize) {
+        if (warm_values(op, param).empty()) {
+          gap.needs.push_back(param.name);
+          example += fmt::format("{}{} = [...]", example.empty() ? "" : ", ", param.name);
+        }
+      }
+      if (!gap.needs.empty()) {
+        gap.fix =
+          fmt::format("add warm = {{ {} }} to [op.{}] (the values of \"{}\" to pre-compile)",
+                      example, op.name, gap.needs.front());
+        gaps.push_back(std::move(gap));
+      }
+    }
+  }
+  return gaps;
 }
 
 } // namespace kjit

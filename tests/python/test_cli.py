@@ -264,3 +264,66 @@ def test_help_names_every_command_and_the_readme_table_has_each():
 def test_an_unknown_command_is_a_usage_error_naming_the_commands():
     result = run("bogus", check=2)
     assert "kjit: unknown command 'bogus'" in result.stderr and "sync" in result.stderr and "warm" in result.stderr
+
+
+def test_warm_says_what_it_cannot_warm_and_fails(tmp_path):
+    """A template kernel with no warm values is listed with the fix, and the exit code is 1; a
+    placeholder on a tensor's dtype takes the dtypes of the op's checks."""
+    package = tmp_path / "gappy"
+    package.mkdir()
+    (package / "k.cu").write_text(
+        "template <typename T> __global__ void scale_kernel(T* x, int n) {}\n"
+        "template <int B> __global__ void block_kernel(float* x) {}\n")
+    (package / "kernel.toml").write_text("""
+[package]
+name = "gappy"
+version = "1.0.0"
+
+[kernel.scale]
+source = "k.cu"
+entry = "scale_kernel<{T}>"
+
+[kernel.block]
+source = "k.cu"
+entry = "block_kernel<{B}>"
+
+[op.scale_]
+schema = "scale_(Tensor(a!) x) -> ()"
+kernel = "scale"
+checks = ["x.dtype == float32 || x.dtype == float64"]
+args = ["x", "x.numel()"]
+grid = [1]
+block = [32]
+specialize = { T = "x.dtype" }
+
+[op.block_]
+schema = "block_(Tensor(a!) x) -> ()"
+kernel = "block"
+checks = ["x.dtype == float32"]
+args = ["x"]
+grid = [1]
+block = [1]
+specialize = { B = "x.size(0)" }
+""")
+    result = run("warm", package, "--arch", "sm_90", cache=tmp_path / "cache", check=1)
+    assert "scale_kernel<float>" in result.stdout and "scale_kernel<double>" in result.stdout
+    assert "2 compiled, 0 already cached, 0 failed" in result.stdout
+    assert ("kjit: cannot warm gappy/block_ kernel 'block': no warm values for B; "
+            "add warm = { B = [...] } to [op.block_]") in result.stderr
+    assert "1 kernel(s) not warmed" in result.stderr
+    gaps = kjit._C.load_package(str(package), "gappy")["warm_gaps"]
+    assert [(op, kernel, needs) for op, kernel, needs, _ in gaps] == [("block_", "block", ["B"])]
+
+
+def test_lock_without_a_pyproject_is_one_clear_line(tmp_path):
+    result = run("lock", tmp_path, check=1)
+    assert result.stderr.startswith(f"kjit: no pyproject.toml in '{tmp_path}'") and "Traceback" not in result.stderr
+    (tmp_path / "pyproject.toml").write_text("[tool.kjit\n")
+    result = run("lock", tmp_path, check=1)
+    assert "cannot read" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_debug_logs_say_hit_or_miss_per_lookup(tmp_path):
+    for outcome in ("miss", "hit"):
+        result = run("warm", "img2gray", "--arch", "sm_90", "-j", "1", cache=tmp_path, env={"KJIT_LOG": "debug"}, check=0)
+        assert f"'img2gray.cu' for sm_90: {outcome} in the store (key " in result.stderr, result.stderr

@@ -214,6 +214,38 @@ def test_load_url_fetches_on_first_use_unless_offline(repo, env):
     )
 
 
+def test_a_fetched_copy_serves_without_network_and_fetch_refreshes(repo, env, tmp_path):
+    """Offline first: kjit.load of a URL uses a fetched copy that matches, even when the remote
+    is down or has a newer tag; `kjit fetch` asks the remote, and falls back to the copy with a
+    warning when the remote cannot be reached."""
+    url = repo.as_uri()
+    cli("fetch", url, "--version", "^1", env=env)
+    # A newer 1.x tag: load keeps to the fetched copy, fetch takes the new one.
+    for item in repo.iterdir():
+        if item.name != ".git":
+            shutil.rmtree(item) if item.is_dir() else item.unlink()
+    staging = make_package(tmp_path / "staging-1.2.0", "1.2.0")
+    for item in staging.iterdir():
+        shutil.move(str(item), repo / item.name)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "release 1.2.0")
+    git(repo, "tag", "v1.2.0")
+    load = f"""
+        import warnings, kjit
+        warnings.simplefilter("error")
+        print(kjit.load({url!r}, version="^1").__version__)
+        """
+    assert python(load, env).stdout.strip() == "1.1.0"
+    assert "gray 1.2.0" in cli("fetch", url, "--version", "^1", env=env).stdout
+    assert python(load, env).stdout.strip() == "1.2.0"
+    shutil.move(str(repo), str(tmp_path / "repo-gone"))  # the remote is down
+    assert python(load, env).stdout.strip() == "1.2.0"  # no network asked, no warning
+    down = cli("fetch", url, "--version", "^1", env=env)
+    assert "gray 1.2.0" in down.stdout and "cannot reach" in down.stderr
+    missing = cli("fetch", url, "--version", "^3", env=env, check=1)
+    assert "failed" in missing.stderr and "Traceback" not in missing.stderr
+
+
 # ---- locking and bundles --------------------------------------------------------------------
 
 

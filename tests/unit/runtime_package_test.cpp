@@ -54,6 +54,38 @@ TEST_CASE("a package loads with its ops and warm list", "[package]") {
   CHECK(warm[0].program.options().name_expressions == std::vector<std::string>{"k<__half>"});
 }
 
+TEST_CASE("warm values default to the dtypes the checks allow; what cannot be warmed is said",
+          "[package]") {
+  kjit::test::TempDir dir;
+  std::string manifest = k_manifest;
+  const std::string warm_line = "warm = { T = [\"float16\", \"float32\"] }\n";
+  manifest.replace(
+    manifest.find(warm_line), warm_line.size(),
+    "checks = [\"x.dtype == bfloat16 || x.dtype == float32\", \"x.dtype != int8\"]\n");
+  manifest += R"toml(
+[op.g]
+schema = "g(Tensor x) -> Tensor"
+kernel = "k"
+outputs = [{ like = "x" }]
+args = ["out0", "x", "x.numel()"]
+grid = [1]
+block = [32]
+specialize = { T = "x.size(0) > 4 ? x.dtype : x.dtype" }
+)toml";
+  const auto package = load(dir, manifest);
+  const auto warm = package.warm_list();
+  REQUIRE(warm.size() == 2); // f from its checks: bfloat16 and float32 (not the != int8)
+  CHECK(warm[0].kernel == "k<__nv_bfloat16>");
+  CHECK(warm[1].kernel == "k<float>");
+  const auto gaps = package.warm_gaps();
+  REQUIRE(gaps.size() == 1); // g's T is not a plain tensor dtype: no default
+  CHECK(gaps[0].op == "g");
+  CHECK(gaps[0].kernel == "k");
+  CHECK(gaps[0].needs == std::vector<std::string>{"T"});
+  CHECK(gaps[0].fix == "add warm = { T = [...] } to [op.g] (the values of \"T\" to pre-compile)");
+  CHECK(load(dir, k_manifest).warm_gaps().empty());
+}
+
 TEST_CASE("characters the TOML parser mishandles, and invalid UTF-8, are refused with the line",
           "[package]") {
   kjit::test::TempDir dir;
