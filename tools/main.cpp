@@ -265,6 +265,43 @@ int run_warm(const WarmArgs& args) {
   return summary.failed == 0 && broken == 0 && gaps == 0 ? 0 : 1;
 }
 
+// ---- check ----------------------------------------------------------------------------------
+
+int run_check(const std::vector<std::string>& names, const std::string& arch) {
+  if (names.empty()) {
+    throw UsageError("name the packages to check (a name or a folder)");
+  }
+  const auto search = kjit::package_search_path(builtin_package_dirs());
+  std::vector<kjit::Target> targets;
+  for (const auto& a : kjit::Arch::parse_list(arch.empty() ? "sm_90" : arch)) {
+    targets.push_back(kjit::Target{a});
+  }
+  kjit::Runtime runtime;
+  bool ok = true;
+  for (const auto& name : names) {
+    const kjit::Package package = kjit::Package::load(kjit::find_package(name, search));
+    const kjit::CheckReport report = kjit::check_package(runtime, package, targets);
+    for (const auto& p : report.problems) {
+      std::cerr << fmt::format("kjit: {}/{} {} for {}: {}\n", package.name(), p.op, p.kernel,
+                               p.target, p.what);
+    }
+    for (const auto& gap : report.gaps) {
+      std::cerr << fmt::format("kjit: {}/{} kernel '{}' not checked: no warm values; {}\n",
+                               package.name(), gap.op, gap.kernel, gap.fix);
+    }
+    std::cout << fmt::format(
+      "{} {}: {} launch(es) checked against their kernels' parameters, {} "
+      "problem(s){}{}\n",
+      package.name(), package.version(), report.checked, report.problems.size(),
+      report.unreadable > 0 ? fmt::format(", {} compiled only (PTX)", report.unreadable)
+                            : std::string(),
+      report.gaps.empty() ? std::string()
+                          : fmt::format(", {} kernel(s) not checked", report.gaps.size()));
+    ok = ok && report.problems.empty() && report.gaps.empty();
+  }
+  return ok ? 0 : 1;
+}
+
 // ---- cache ----------------------------------------------------------------------------------
 
 int run_cache_stats(kjit::Runtime& runtime, bool as_json) {
@@ -617,6 +654,8 @@ def {0}_cpu(x: torch.Tensor, a: float, b: float) -> torch.Tensor:
 )~",
                                    name));
   write(fmt::format("test_{}.py", name), fmt::format(R"~(import pathlib
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -638,6 +677,14 @@ def test_matches_torch(device, dtype):
 def test_opcheck():
     kjit.load(HERE)
     torch.library.opcheck(torch.ops.{0}.{0}.default, (torch.randn(8), 2.0, 1.0))
+
+
+def test_every_launch_matches_its_kernel():
+    """Compiles every specialization and checks the launches' arguments against the kernels'
+    parameters (no GPU needed): a wrong `args` list fails here, not on a GPU."""
+    result = subprocess.run([sys.executable, "-m", "kjit", "check", str(HERE), "--arch", "sm_90"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
 )~",
                                                      name));
   std::cout << fmt::format("created kernel package '{}' in {}\n"
@@ -678,6 +725,14 @@ int main(int argc, char** argv) {
   warm->add_option("--remote", warm_args.remote,
                    "also fill this remote cache, e.g. redis://host:6379 (default: "
                    "KJIT_REMOTE_CACHE)");
+
+  std::vector<std::string> check_packages;
+  std::string check_arch;
+  auto* check = app.add_subcommand(
+    "check", "compile every specialization of packages and check each launch's arguments "
+             "against the kernel's parameters (no GPU needed)");
+  check->add_option("packages", check_packages, "package names or folders")->required();
+  check->add_option("--arch", check_arch, "archs to compile for (default: sm_90)");
 
   auto* cache = app.add_subcommand("cache", "inspect and manage the kernel cache");
   cache->require_subcommand(1);
@@ -760,6 +815,9 @@ int main(int argc, char** argv) {
   try {
     if (warm->parsed()) {
       return run_warm(warm_args);
+    }
+    if (check->parsed()) {
+      return run_check(check_packages, check_arch);
     }
     if (info->parsed()) {
       return run_info(as_json);

@@ -11,6 +11,7 @@
 
 #include <kjit/arch.hpp>
 #include <kjit/cache.hpp>
+#include <kjit/check.hpp>
 #include <kjit/device.hpp>
 #include <kjit/error.hpp>
 #include <kjit/kernel.hpp>

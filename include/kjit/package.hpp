@@ -101,7 +101,8 @@ struct OpDecl {
 struct WarmItem {
   std::string op;
   Program program;
-  std::string kernel; // the name to ask the runtime for (a name expression for templates)
+  std::string kernel;     // the name to ask the runtime for (a name expression for templates)
+  std::size_t launch = 0; // which of the op's launches
 };
 
 // A kernel of an op that `warm_list` cannot pre-compile: a specialization placeholder with no
@@ -146,8 +147,10 @@ public:
   // Every (op, specialization) the manifest asks to pre-warm: each op's `warm` values, or the one
   // program of an op that has no placeholders. A placeholder without warm values whose
   // specialization is a tensor's dtype (`T = "x.dtype"`) takes the dtypes the op's checks
-  // compare that tensor with (`x.dtype == float16 || ...`).
-  std::vector<WarmItem> warm_list() const;
+  // compare that tensor with (`x.dtype == float16 || ...`). A program that several ops or
+  // launches share is listed once, unless `every_launch` (one item per op, launch and
+  // specialization: what `kjit check` checks).
+  std::vector<WarmItem> warm_list(bool every_launch = false) const;
 
   // The kernels warm_list leaves out, with why and the fix (empty when it leaves none out).
   std::vector<WarmGap> warm_gaps() const;

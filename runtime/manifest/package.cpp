@@ -441,12 +441,14 @@ std::vector<std::string> warm_values(const OpDecl& op, const detail::SpecParam& 
 
 } // namespace
 
-std::vector<WarmItem> Package::warm_list() const {
+std::vector<WarmItem> Package::warm_list(bool every_launch) const {
   std::vector<WarmItem> items;
   std::set<std::string> seen; // programs shared by several ops are warmed once
   for (std::size_t o = 0; o < m_impl->ops.size(); ++o) {
     const OpDecl& op = m_impl->ops[o];
-    for (const auto& launch : m_impl->specs[o]->launches) {
+    const auto& launches = m_impl->specs[o]->launches;
+    for (std::size_t l = 0; l < launches.size(); ++l) {
+      const auto& launch = launches[l];
       const KernelDecl& kernel = m_impl->kernels[launch.kernel];
       // The cartesian product of the warm lists, in declaration order.
       std::vector<std::vector<std::pair<std::string, std::string>>> combos{{}};
@@ -470,8 +472,8 @@ std::vector<WarmItem> Package::warm_list() const {
       }
       for (const auto& combo : combos) {
         auto [program, name] = specialize(kernel, combo);
-        if (seen.insert(kernel.name + "\n" + name).second) {
-          items.push_back(WarmItem{op.name, std::move(program), std::move(name)});
+        if (every_launch || seen.insert(kernel.name + "\n" + name).second) {
+          items.push_back(WarmItem{op.name, std::move(program), std::move(name), l});
         }
       }
     }

@@ -191,6 +191,25 @@ def test_new_scaffolds_a_package_that_warms_and_loads(tmp_path):
     torch.library.opcheck(torch.ops.scaled.scaled.default, (torch.randn(8), 2.0, 1.0))
     run("new", "scaled", package, check=1)  # exists
     run("new", "not-a-name", tmp_path / "x", check=2)
+    # The template's own tests pass, `kjit check` among them.
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(package)],
+                           capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "KJIT_CACHE_DIR": str(tmp_path / "cache")})
+    assert tests.returncode == 0 and "passed" in tests.stdout, tests.stdout + tests.stderr
+
+
+def test_check_finds_a_wrong_manifest_before_a_gpu_does(tmp_path):
+    package = tmp_path / "wrong"
+    run("new", "wrong", package, check=0)
+    good = run("check", package, "--arch", "sm_80,sm_90", cache=tmp_path / "cache", check=0)
+    assert "wrong 0.1.0: 4 launch(es) checked against their kernels' parameters, 0 problem(s)" in good.stdout
+    manifest = (package / "kernel.toml").read_text()
+    args = manifest[manifest.index("args = "):].splitlines()[0]
+    (package / "kernel.toml").write_text(manifest.replace(args, 'args = ["out0", "x", "a"]'))
+    bad = run("check", package, "--arch", "sm_90", cache=tmp_path / "cache", check=1)
+    assert "the manifest passes 3 arguments but the kernel takes" in bad.stderr, bad.stderr
+    (package / "kernel.toml").write_text(manifest.replace(args, args.replace('"x"', '"x.numel() > 0"', 1)))
+    bad = run("check", package, "--arch", "sm_90", cache=tmp_path / "cache", check=1)
+    assert "('x.numel() > 0') is a bool (1 byte), but the kernel's parameter 1 is 8 bytes" in bad.stderr, bad.stderr
 
 
 FULL_DISK = """
@@ -251,7 +270,7 @@ def test_subcommands_import_torch_only_when_they_need_it(tmp_path):
 def test_help_names_every_command_and_the_readme_table_has_each():
     text = run("--help", check=0).stdout
     assert text.startswith("kjit: ") and "Usage: kjit [OPTIONS] SUBCOMMAND" in text  # no binary path
-    commands = ["warm", "cache", "info", "compile", "new", "fetch", "lock", "sync", "bundle", "wheel", "versions"]
+    commands = ["warm", "check", "cache", "info", "compile", "new", "fetch", "lock", "sync", "bundle", "wheel", "versions"]
     for command in commands:
         assert f"\n  {command} " in text, command
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
