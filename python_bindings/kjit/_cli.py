@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     wheel.add_argument("--arch", help="also ship a store pre-warmed for these archs")
     versions = sub.add_parser("versions", help="the installed versions of a package")
     versions.add_argument("name")
+    versions.add_argument("--json", action="store_true")
     info = sub.add_parser("info", help="a package: version, ops with schemas, kernels, source hash")
     info.add_argument("name")
     info.add_argument("--version")
@@ -92,8 +93,11 @@ def _run_python(argv: list[str]) -> int:
         if not _packages.candidates(args.name):
             print(f"kjit: no kernel package '{args.name}' is installed", file=sys.stderr)
             return 1
-        for candidate in sorted(_packages.candidates(args.name), key=lambda c: c.version):
-            print(f"{candidate.version}  {candidate.path}")
+        found = sorted(_packages.candidates(args.name), key=lambda c: c.version)
+        if args.json:
+            print(json.dumps([{"version": str(c.version), "path": str(c.path), "origin": c.origin} for c in found], indent=2))
+        for candidate in [] if args.json else found:
+            print(f"{candidate.version}  {candidate.path} ({candidate.origin})")
     elif args.command == "info":
         candidate = _packages.locate(args.name, args.version)
         manifest = _packages.read_manifest(candidate.path)

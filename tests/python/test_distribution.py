@@ -158,6 +158,8 @@ def test_highest_matching_version_and_two_majors_in_one_process(tmp_path, env):
     )
     versions = cli("versions", "gray", env=env).stdout
     assert "1.1.2" in versions and "2.0.0" in versions
+    listed = json.loads(cli("versions", "gray", "--json", env=env).stdout)
+    assert [v["version"] for v in listed] == ["1.0.0", "1.1.2", "1.4.0", "2.0.0"] and listed[0]["origin"] == "path"
     info = json.loads(cli("info", "gray", "--version", "^1", "--json", env=env).stdout)
     assert info["version"] == "1.4.0" and info["namespace"] == "gray"
     assert info["ops"] == {"img2gray": "img2gray(Tensor image) -> Tensor"}
