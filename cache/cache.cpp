@@ -33,6 +33,17 @@ std::vector<CacheEntryInfo> Cache::entries() const {
   return m_store != nullptr ? m_store->entries() : std::vector<CacheEntryInfo>{};
 }
 
+std::vector<CacheEntryInfo> Cache::read_only_entries() const {
+  std::vector<CacheEntryInfo> all;
+  for (const auto& read_only : read_only_stores()) {
+    for (auto& entry : read_only.store->entries()) {
+      entry.store = read_only.store->path().string();
+      all.push_back(std::move(entry));
+    }
+  }
+  return all;
+}
+
 void Cache::flush() {
   if (m_store != nullptr) {
     m_store->flush();

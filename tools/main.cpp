@@ -352,11 +352,14 @@ int run_cache_stats(kjit::Runtime& runtime, bool as_json) {
 }
 
 int run_cache_ls(kjit::Runtime& runtime, bool as_json) {
-  const auto entries = runtime.cache().entries();
+  auto entries = runtime.cache().entries();
+  const auto read_only = runtime.cache().read_only_entries();
+  entries.insert(entries.end(), read_only.begin(), read_only.end());
   if (as_json) {
     json list = json::array();
     for (const auto& e : entries) {
       list.push_back({{"key", e.key},
+                      {"store", e.store.empty() ? json(nullptr) : json(e.store)},
                       {"name", e.name},
                       {"kernels", e.kernels},
                       {"kind", e.kind},
@@ -375,7 +378,12 @@ int run_cache_ls(kjit::Runtime& runtime, bool as_json) {
   }
   std::cout << fmt::format("{:<12} {:<44} {:<11} {:>10} {:<16} {:>5}\n", "key", "kernel", "arch",
                            "size", "last used", "hits");
+  std::string store;
   for (const auto& e : entries) {
+    if (e.store != store) {
+      store = e.store;
+      std::cout << fmt::format("read-only store {}:\n", store);
+    }
     std::string kernel = e.name;
     if (!e.kernels.empty()) {
       kernel += " " + e.kernels.front();
@@ -386,7 +394,9 @@ int run_cache_ls(kjit::Runtime& runtime, bool as_json) {
     std::cout << fmt::format("{:<12} {:<44} {:<11} {:>10} {:<16} {:>5}\n", e.key.substr(0, 12),
                              kernel, e.arch, size_text(e.size), human_time(e.last_used), e.hits);
   }
-  std::cout << fmt::format("{} entries\n", entries.size());
+  std::cout << fmt::format(
+    "{} entries{}\n", entries.size(),
+    read_only.empty() ? std::string() : fmt::format(" ({} in read-only stores)", read_only.size()));
   return 0;
 }
 

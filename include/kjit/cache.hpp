@@ -74,6 +74,7 @@ struct CacheEntryInfo {
   std::int64_t created = 0;   // unix seconds
   std::int64_t last_used = 0; // unix seconds
   std::uint64_t hits = 0;
+  std::string store; // the read-only store file that holds it; empty: the writable store
 };
 
 // What `Cache::verify` found.
@@ -109,8 +110,10 @@ public:
   std::filesystem::path path() const;
   // The persistent counters of the store (all processes) with its size; zeros when disabled.
   CacheStats stats() const;
-  // Every entry, most recently used first.
+  // Every entry of the writable store, most recently used first.
   std::vector<CacheEntryInfo> entries() const;
+  // Every entry of the read-only stores, store by store in search order (`store` set).
+  std::vector<CacheEntryInfo> read_only_entries() const;
   // Writes pending hit counts and last-used times now (also done when the runtime goes away).
   void flush();
 

@@ -149,6 +149,11 @@ def test_deploy_recipe_export_import_verify_and_read_only_use(warmed, tmp_path):
             cache=tmp_path / "runtime", env={"KJIT_CACHE_READONLY": str(baked)}, check=0,
         )
         assert f"0 compiled, {SHIPPED // 2} already cached" in warm.stdout
+        listed = json.loads(run("cache", "ls", "--json", cache=tmp_path / "runtime",
+                                env={"KJIT_CACHE_READONLY": str(baked)}, check=0).stdout)
+        assert len(listed) == SHIPPED // 2 and {e["store"] for e in listed} == {str(baked)}
+        text = run("cache", "ls", cache=tmp_path / "runtime", env={"KJIT_CACHE_READONLY": str(baked)}, check=0).stdout
+        assert f"read-only store {baked}:" in text and f"({SHIPPED // 2} in read-only stores)" in text
         assert not list(baked.parent.glob("*-wal"))  # never written
     finally:
         os.chmod(baked.parent, 0o755)
