@@ -235,19 +235,28 @@ std::unique_ptr<SqliteStore> SqliteStore::open(const std::filesystem::path& dir,
   return nullptr;
 }
 
-std::unique_ptr<SqliteStore> SqliteStore::open_file_read_only(const std::filesystem::path& file) {
+std::unique_ptr<SqliteStore> SqliteStore::open_file_read_only(const std::filesystem::path& file,
+                                                              std::string* why) {
+  const auto refuse = [&](std::string reason, std::string_view warning) {
+    if (why != nullptr) {
+      *why = std::move(reason);
+    } else {
+      log(LogLevel::warning, "{}", warning);
+    }
+    return nullptr;
+  };
   std::error_code ec;
   if (!std::filesystem::is_regular_file(file, ec)) {
-    log(LogLevel::warning, "read-only kernel cache '{}' does not exist; skipping it",
-        file.string());
-    return nullptr;
+    return refuse(
+      "it does not exist",
+      fmt::format("read-only kernel cache '{}' does not exist; skipping it", file.string()));
   }
   // The writable store's rule, except that baked stores may belong to root: a store (or its
   // folder) that another user could rewrite is a store someone else could plant binaries in.
   for (const auto& path : {file, std::filesystem::absolute(file, ec).parent_path()}) {
-    if (const std::string why = untrusted_reason(path, true); !why.empty()) {
-      log(LogLevel::warning, "not using read-only kernel cache '{}': {}", file.string(), why);
-      return nullptr;
+    if (const std::string untrusted = untrusted_reason(path, true); !untrusted.empty()) {
+      return refuse(untrusted, fmt::format("not using read-only kernel cache '{}': {}",
+                                           file.string(), untrusted));
     }
   }
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -258,8 +267,9 @@ std::unique_ptr<SqliteStore> SqliteStore::open_file_read_only(const std::filesys
       return store;
     } catch (const SqliteFailure& failure) {
       if (attempt == 1) {
-        log(LogLevel::warning, "cannot use read-only kernel cache '{}': {}; skipping it",
-            file.string(), failure.message);
+        return refuse(failure.message,
+                      fmt::format("cannot use read-only kernel cache '{}': {}; skipping it",
+                                  file.string(), failure.message));
       }
     }
   }
@@ -853,11 +863,12 @@ std::uint64_t SqliteStore::export_to(const std::filesystem::path& file,
 
 std::uint64_t SqliteStore::import_from(const std::filesystem::path& file) {
   require_writable("import into");
-  auto source = open_file_read_only(file);
+  std::string why;
+  auto source = open_file_read_only(file, &why);
   if (!source) {
-    throw CacheError(fmt::format("cannot import '{}': not a readable kjit store of schema "
-                                 "version {}",
-                                 file.string(), k_store_schema_version));
+    throw CacheError(fmt::format("cannot import '{}': {} (a kjit store of schema version {} is "
+                                 "needed)",
+                                 file.string(), why, k_store_schema_version));
   }
   std::lock_guard lock(m_mutex);
   std::uint64_t added = 0;

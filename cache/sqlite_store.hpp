@@ -61,7 +61,9 @@ public:
   static std::unique_ptr<SqliteStore> open(const std::filesystem::path& dir, std::uint64_t max_size,
                                            bool read_only = false);
   // Opens the store file `file` read-only (a baked store); nullptr after a warning when it cannot.
-  static std::unique_ptr<SqliteStore> open_file_read_only(const std::filesystem::path& file);
+  // `why`: where the reason a store cannot be used goes (else it is logged as a warning).
+  static std::unique_ptr<SqliteStore> open_file_read_only(const std::filesystem::path& file,
+                                                          std::string* why = nullptr);
   ~SqliteStore();
   SqliteStore(const SqliteStore&) = delete;
   SqliteStore& operator=(const SqliteStore&) = delete;

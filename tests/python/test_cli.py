@@ -351,3 +351,11 @@ def test_debug_logs_say_hit_or_miss_per_lookup(tmp_path):
     for outcome in ("miss", "hit"):
         result = run("warm", "img2gray", "--arch", "sm_90", "-j", "1", cache=tmp_path, env={"KJIT_LOG": "debug"}, check=0)
         assert f"'img2gray.cu' for sm_90: {outcome} in the store (key " in result.stderr, result.stderr
+
+
+def test_importing_a_file_that_is_no_store_is_one_line(tmp_path):
+    bad = tmp_path / "bad.sqlite"
+    bad.write_text("not a database\n" * 100)
+    result = run("cache", "import", bad, cache=tmp_path / "cache", check=1)
+    assert result.stderr.strip() == (f"kjit: cannot import '{bad}': SQLite: file is not a database "
+                                     "(a kjit store of schema version 1 is needed)")
