@@ -125,21 +125,23 @@ def _run_python(argv: list[str]) -> int:
     return 0
 
 
-# Options of the C++ `warm` that take a value (the rest of its arguments are packages).
-_WARM_VALUES = {"--arch", "--driver-version", "-j", "--jobs", "--remote"}
+# The C++ commands whose other arguments are packages, and their options that take a value.
+_PACKAGE_COMMANDS = {"warm", "check"}
+_VALUE_OPTIONS = {"--arch", "--driver-version", "-j", "--jobs", "--remote"}
 
 
-def _warm_argv(argv: list[str]) -> list[str]:
-    """`kjit warm` with packages named as the Python API finds them (KJIT_PATH, the package
-    store, the shipped ones, wheels' entry points: one registry for both halves), given to the
-    C++ tool as folders. No names: every installed package, the highest version of each, and
-    the folders that do not load (the tool reports them and warms the rest)."""
+def _package_argv(argv: list[str]) -> list[str]:
+    """`kjit warm` and `kjit check` with packages named as the Python API finds them (KJIT_PATH,
+    the package store, the shipped ones, wheels' entry points: one registry for both halves),
+    given to the C++ tool as folders. `warm` with no names: every installed package, the highest
+    version of each, and the folders that do not load (the tool reports them and warms the
+    rest)."""
     from kjit import _packages
 
     out, names, i = [argv[0]], [], 1
     while i < len(argv):
         arg = argv[i]
-        if arg in _WARM_VALUES and i + 1 < len(argv):
+        if arg in _VALUE_OPTIONS and i + 1 < len(argv):
             out += [arg, argv[i + 1]]
             i += 2
             continue
@@ -152,7 +154,7 @@ def _warm_argv(argv: list[str]) -> list[str]:
         for name in names:
             folders.append(name if (Path(name) / "kernel.toml").is_file() or Path(name).name == "kernel.toml"
                            else str(_packages.resolve(name).path))
-    else:
+    elif argv[0] == "warm":
         found, broken = _packages.installed()
         # The broken ones too: the tool says why each does not load, warms the rest, exits 1.
         folders = [str(c.path) for c in found] + [str(path) for path, _ in broken]
@@ -175,11 +177,11 @@ def main() -> None:
     exe = executable()
     if not exe.is_file():
         sys.exit(f"kjit: the command-line tool is missing from this installation ({exe})")
-    if argv and argv[0] == "warm":
+    if argv and argv[0] in _PACKAGE_COMMANDS:
         from kjit._errors import Error
 
         try:
-            argv = _warm_argv(argv)
+            argv = _package_argv(argv)
         except Error as e:
             print(f"kjit: {e}", file=sys.stderr)
             sys.exit(1)

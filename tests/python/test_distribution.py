@@ -434,6 +434,7 @@ def test_warm_finds_fetched_packages_by_name_and_skips_a_broken_one(repo, env, t
     cli("fetch", repo.as_uri(), "--version", "^1", env=env)
     by_name = cli("warm", "gray", "--arch", "sm_90", env=env).stdout
     assert "warming 1 package(s)" in by_name and "gray/img2gray" in by_name
+    assert "gray 1.1.0: 1 launch(es) checked" in cli("check", "gray", "--arch", "sm_90", env=env).stdout
     broken = Path(env["KJIT_PATH"]) / "brokenpkg"
     broken.mkdir(parents=True)
     (broken / "kernel.toml").write_text('[package]\nname = "brokenpkg"\nversion = "1.0.0"\n[op.x]\nschema = 3\n')
