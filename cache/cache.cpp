@@ -71,6 +71,28 @@ void Cache::clear() {
   require().clear();
 }
 
+bool EntryFilter::matches(const CacheEntryInfo& entry) const {
+  return (package.empty() || entry.package == package) &&
+         (version.empty() || entry.package_version == version) &&
+         (op.empty() || std::find(entry.ops.begin(), entry.ops.end(), op) != entry.ops.end()) &&
+         (arch.empty() || entry.arch == arch) && (key.empty() || entry.key.starts_with(key));
+}
+
+std::uint64_t Cache::remove(const EntryFilter& filter) {
+  if (filter.empty()) {
+    throw CacheError("name the entries to remove (a package, version, op, arch or key); "
+                     "`kjit cache clear` removes them all");
+  }
+  detail::SqliteStore& store = require();
+  std::vector<std::string> keys;
+  for (const auto& entry : store.entries()) {
+    if (filter.matches(entry)) {
+      keys.push_back(entry.key);
+    }
+  }
+  return keys.empty() ? 0 : store.remove(keys);
+}
+
 std::uint64_t Cache::export_to(const std::filesystem::path& file,
                                const std::vector<std::string>& archs) {
   return require().export_to(file, archs);

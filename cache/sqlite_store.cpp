@@ -1,6 +1,10 @@
-// The SQLite store. Over 600 lines: opening (with recovery), reads, writes, statistics and the
-// management commands share its prepared statements and its one mutex.
+// The SQLite store: opening (with recovery and the schema's later tables), reads, writes and
+// the pending counters. Over 600 lines: they share its prepared statements and its one mutex;
+// statistics and the management commands are in sqlite_store_admin.cpp.
 #include "cache/sqlite_store.hpp"
+
+#include "cache/provenance.hpp"
+#include "cache/sqlite_store_rows.hpp"
 
 #include <kjit/error.hpp>
 
@@ -17,14 +21,11 @@
 #include <unistd.h>
 
 namespace kjit::detail {
-namespace {
+namespace rows {
 
 constexpr int k_busy_timeout_ms = 10000;
-// Lock id of the store itself (recovery of a broken file); key locks never use it (see
-// lock_key).
-constexpr std::uint64_t k_store_lock_id = 0;
 
-constexpr const char* k_schema = R"sql(
+const char* const k_schema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries(
   key TEXT PRIMARY KEY,
@@ -45,47 +46,15 @@ CREATE TABLE IF NOT EXISTS entries(
   compile_log TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS entries_by_last_used ON entries(last_used_ms);
 CREATE TABLE IF NOT EXISTS stats(name TEXT PRIMARY KEY, value REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS provenance(key TEXT PRIMARY KEY, origin TEXT NOT NULL,
+                                      fields TEXT NOT NULL);
 INSERT OR IGNORE INTO meta(name, value) VALUES('schema_version', '1');
 )sql";
 
-// Times are stored in milliseconds, so least-recently-used order holds within a second.
 std::int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
            std::chrono::system_clock::now().time_since_epoch())
     .count();
-}
-
-bool is_broken_file(int code) {
-  const int primary = code & 0xff;
-  return primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT;
-}
-
-std::string encode_lowered(const std::vector<std::pair<std::string, std::string>>& names) {
-  std::string text;
-  for (const auto& [expression, lowered] : names) {
-    text += expression;
-    text += '\t';
-    text += lowered;
-    text += '\n';
-  }
-  return text;
-}
-
-std::vector<std::pair<std::string, std::string>> decode_lowered(std::string_view text) {
-  std::vector<std::pair<std::string, std::string>> names;
-  while (!text.empty()) {
-    const auto end = text.find('\n');
-    const std::string_view line = text.substr(0, end);
-    const auto tab = line.find('\t');
-    if (tab != std::string_view::npos) {
-      names.emplace_back(std::string(line.substr(0, tab)), std::string(line.substr(tab + 1)));
-    }
-    if (end == std::string_view::npos) {
-      break;
-    }
-    text.remove_prefix(end + 1);
-  }
-  return names;
 }
 
 std::int64_t checksum(std::string_view key, std::string_view kind, std::string_view lowered,
@@ -116,6 +85,34 @@ Database open_database(const std::filesystem::path& file, bool writable, bool im
   }
   sqlite3_busy_timeout(db.get(), k_busy_timeout_ms);
   return db;
+}
+
+bool has_table(const Database& db, const char* name) {
+  Statement query(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1");
+  query.bind(1, std::string_view(name));
+  return query.step();
+}
+
+} // namespace rows
+
+using namespace rows;
+
+namespace {
+
+// Lock id of the store itself (recovery of a broken file); key locks never use it (see
+// lock_key).
+constexpr std::uint64_t k_store_lock_id = 0;
+
+// Note [Provenance] (cache/provenance.hpp): a table stores of schema version 1 gained later; a
+// writable store without it gets it when opened, a read-only one is read without it.
+constexpr const char* k_provenance_schema = R"sql(
+CREATE TABLE IF NOT EXISTS provenance(key TEXT PRIMARY KEY, origin TEXT NOT NULL,
+                                      fields TEXT NOT NULL);
+)sql";
+
+bool is_broken_file(int code) {
+  const int primary = code & 0xff;
+  return primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT;
 }
 
 // Reads the schema version; throws SqliteFailure when the file is not a store of this version.
@@ -310,9 +307,29 @@ void SqliteStore::prepare() {
     }
   }
   check_schema(m_db, m_path);
-  m_get = Statement(m_db, "SELECT kind, arch, name, nvrtc_version, driver_version, options, "
-                          "lowered_names, blob, checksum, compile_ms, compile_log "
-                          "FROM entries WHERE key = ?1");
+  m_has_provenance = has_table(m_db, "provenance");
+  if (!m_has_provenance && !m_read_only) {
+    LockGuard guard = m_locks->lock(k_store_lock_id);
+    with_busy_retry([&] {
+      m_db.exec("BEGIN IMMEDIATE");
+      try {
+        m_db.exec(k_provenance_schema);
+        m_db.exec("COMMIT");
+      } catch (...) {
+        sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+      }
+    });
+    m_has_provenance = true;
+  }
+  m_get = Statement(m_db, m_has_provenance
+                            ? "SELECT e.kind, e.arch, e.name, e.nvrtc_version, e.driver_version, "
+                              "e.options, e.lowered_names, e.blob, e.checksum, e.compile_ms, "
+                              "e.compile_log, COALESCE(p.origin, '') FROM entries e "
+                              "LEFT JOIN provenance p ON p.key = e.key WHERE e.key = ?1"
+                            : "SELECT kind, arch, name, nvrtc_version, driver_version, options, "
+                              "lowered_names, blob, checksum, compile_ms, compile_log, '' "
+                              "FROM entries WHERE key = ?1");
 }
 
 bool SqliteStore::ready() const {
@@ -373,11 +390,13 @@ SqliteStore::Lookup SqliteStore::get(const std::string& key, StoredBinary& out) 
     const std::int64_t stored_checksum = m_get.column_int(8);
     out.compile_ms = m_get.column_double(9);
     out.log = m_get.column_text(10);
+    out.origin = m_get.column_text(11);
+    out.fields.clear();
     m_get.reset();
     if (checksum(key, out.kind, lowered, out.blob) != stored_checksum) {
       return Lookup::corrupt;
     }
-    out.lowered_names = decode_lowered(lowered);
+    out.lowered_names = decode_fields(lowered);
     ++m_pending.store_hits;
     auto& [hits, last_used] = m_pending_hits[key];
     ++hits;
@@ -412,7 +431,7 @@ void SqliteStore::put(const std::string& key, const StoredBinary& value, bool re
   }
   try {
     m_db.exec("BEGIN IMMEDIATE");
-    const std::string lowered = encode_lowered(value.lowered_names);
+    const std::string lowered = encode_fields(value.lowered_names);
     const std::int64_t now = now_ms();
     Statement insert(m_db, replace ? "INSERT OR REPLACE INTO entries VALUES"
                                      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
@@ -435,11 +454,19 @@ void SqliteStore::put(const std::string& key, const StoredBinary& value, bool re
       .bind(13, now)
       .bind(14, value.log);
     insert.run();
+    if (!value.origin.empty() || !value.fields.empty()) {
+      Statement note(m_db, replace ? "INSERT OR REPLACE INTO provenance VALUES(?1, ?2, ?3)"
+                                   : "INSERT OR IGNORE INTO provenance VALUES(?1, ?2, ?3)");
+      note.bind(1, key).bind(2, value.origin).bind(3, value.fields);
+      note.run();
+      m_pending_provenance.erase(key);
+    }
     write_pending();
     evict(key);
     m_db.exec("COMMIT");
     m_pending = {};
     m_pending_hits.clear();
+    m_pending_provenance.clear();
   } catch (const SqliteFailure& failure) {
     sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
     warn_write_failure(failure);
@@ -463,31 +490,6 @@ void SqliteStore::count_memory(std::uint64_t hits, std::uint64_t misses) noexcep
   m_pending.memory_hits += hits;
   m_pending.memory_misses += misses;
 }
-
-namespace {
-
-// The remote tier's counters, by their name in the stats table.
-constexpr std::pair<const char*, std::uint64_t RemoteStats::*> k_remote_counters[] = {
-  {"remote_hits", &RemoteStats::hits},
-  {"remote_misses", &RemoteStats::misses},
-  {"remote_errors", &RemoteStats::errors},
-  {"remote_timeouts", &RemoteStats::timeouts},
-  {"remote_bad_entries", &RemoteStats::bad_entries},
-  {"remote_writes", &RemoteStats::writes},
-  {"remote_dropped", &RemoteStats::dropped},
-  {"remote_lock_waits", &RemoteStats::lock_waits},
-  {"remote_bytes_read", &RemoteStats::bytes_read},
-  {"remote_bytes_written", &RemoteStats::bytes_written},
-};
-
-void add_remote(RemoteStats& to, const RemoteStats& from) {
-  for (const auto& [name, member] : k_remote_counters) {
-    to.*member += from.*member;
-  }
-  to.saved_ms += from.saved_ms;
-}
-
-} // namespace
 
 std::optional<std::string> SqliteStore::meta(const std::string& name) const noexcept {
   std::lock_guard lock(m_mutex);
@@ -536,7 +538,7 @@ void SqliteStore::flush() noexcept {
   }
   const CacheStats& p = m_pending;
   if (p.memory_hits == 0 && p.memory_misses == 0 && p.store_hits == 0 && p.store_misses == 0 &&
-      p.compiles == 0 && p.corrupt == 0 && m_pending_hits.empty()) {
+      p.compiles == 0 && p.corrupt == 0 && m_pending_hits.empty() && m_pending_provenance.empty()) {
     return;
   }
   try {
@@ -545,6 +547,7 @@ void SqliteStore::flush() noexcept {
     m_db.exec("COMMIT");
     m_pending = {};
     m_pending_hits.clear();
+    m_pending_provenance.clear();
   } catch (const SqliteFailure& failure) {
     sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
     warn_write_failure(failure);
@@ -578,6 +581,24 @@ void SqliteStore::write_pending() {
     touch.bind(1, static_cast<std::int64_t>(usage.first)).bind(2, usage.second).bind(3, key);
     touch.run();
   }
+  if (!m_pending_provenance.empty()) {
+    // Only for entries still there (another process may have evicted one meanwhile).
+    Statement note(m_db, "INSERT OR REPLACE INTO provenance SELECT ?1, ?2, ?3 "
+                         "WHERE EXISTS (SELECT 1 FROM entries WHERE key = ?1)");
+    for (const auto& [key, texts] : m_pending_provenance) {
+      note.bind(1, key).bind(2, texts.first).bind(3, texts.second);
+      note.run();
+    }
+  }
+}
+
+void SqliteStore::note_provenance(const std::string& key, std::string origin,
+                                  std::string fields) noexcept {
+  if (m_read_only || !m_has_provenance) {
+    return;
+  }
+  std::lock_guard lock(m_mutex);
+  m_pending_provenance[key] = {std::move(origin), std::move(fields)};
 }
 
 std::uint64_t SqliteStore::evict(const std::string& keep) {
@@ -597,11 +618,8 @@ std::uint64_t SqliteStore::evict(const std::string& keep) {
     total -= std::min(total, size);
   }
   oldest.reset();
-  Statement remove(m_db, "DELETE FROM entries WHERE key = ?1");
   for (const auto& [key, size] : victims) {
-    remove.bind(1, key);
-    remove.run();
-    m_pending_hits.erase(key);
+    remove_row(key);
   }
   Statement add(m_db, "INSERT INTO stats(name, value) VALUES('evictions', ?1) "
                       "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value");
@@ -610,6 +628,21 @@ std::uint64_t SqliteStore::evict(const std::string& keep) {
   log(LogLevel::info, "evicted {} kernel cache entries to stay under {}", victims.size(),
       format_size(m_max_size));
   return victims.size();
+}
+
+bool SqliteStore::remove_row(const std::string& key) {
+  Statement remove(m_db, "DELETE FROM entries WHERE key = ?1");
+  remove.bind(1, key);
+  remove.run();
+  const bool removed = sqlite3_changes(m_db.get()) > 0;
+  if (m_has_provenance) {
+    Statement forget(m_db, "DELETE FROM provenance WHERE key = ?1");
+    forget.bind(1, key);
+    forget.run();
+  }
+  m_pending_hits.erase(key);
+  m_pending_provenance.erase(key);
+  return removed;
 }
 
 void SqliteStore::warn_write_failure(const SqliteFailure& failure) {
@@ -623,313 +656,6 @@ void SqliteStore::warn_write_failure(const SqliteFailure& failure) {
       "cannot write to kernel cache '{}': {}; kernels compiled from now on stay in this process's "
       "memory",
       m_path.string(), failure.message);
-}
-
-CacheStats SqliteStore::stats() const {
-  std::lock_guard lock(m_mutex);
-  CacheStats stats;
-  try {
-    Statement counters(m_db, "SELECT name, value FROM stats");
-    while (counters.step()) {
-      const std::string name = counters.column_text(0);
-      const double value = counters.column_double(1);
-      const auto count = static_cast<std::uint64_t>(value);
-      if (name == "memory_hits") {
-        stats.memory_hits = count;
-      } else if (name == "memory_misses") {
-        stats.memory_misses = count;
-      } else if (name == "store_hits") {
-        stats.store_hits = count;
-      } else if (name == "store_misses") {
-        stats.store_misses = count;
-      } else if (name == "compiles") {
-        stats.compiles = count;
-      } else if (name == "compile_ms") {
-        stats.compile_ms = value;
-      } else if (name == "corrupt") {
-        stats.corrupt = count;
-      } else if (name == "evictions") {
-        stats.evictions = count;
-      } else if (name == "remote_saved_ms") {
-        stats.remote.saved_ms = value;
-      }
-      for (const auto& [counter, member] : k_remote_counters) {
-        if (name == counter) {
-          stats.remote.*member = count;
-        }
-      }
-    }
-    Statement size(m_db, "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM entries");
-    size.step();
-    stats.entries = static_cast<std::uint64_t>(size.column_int(0));
-    stats.size_bytes = static_cast<std::uint64_t>(size.column_int(1));
-  } catch (const SqliteFailure& failure) {
-    throw CacheError(fmt::format("cannot read statistics of kernel cache '{}': {}", m_path.string(),
-                                 failure.message));
-  }
-  // Counters of this process not written yet.
-  stats.memory_hits += m_pending.memory_hits;
-  stats.memory_misses += m_pending.memory_misses;
-  stats.store_hits += m_pending.store_hits;
-  stats.store_misses += m_pending.store_misses;
-  stats.compiles += m_pending.compiles;
-  stats.compile_ms += m_pending.compile_ms;
-  stats.corrupt += m_pending.corrupt;
-  add_remote(stats.remote, m_pending.remote);
-  return stats;
-}
-
-std::vector<CacheEntryInfo> SqliteStore::entries() const {
-  std::lock_guard lock(m_mutex);
-  std::vector<CacheEntryInfo> result;
-  try {
-    Statement query(m_db, "SELECT key, name, kind, arch, nvrtc_version, driver_version, options, "
-                          "lowered_names, size, compile_ms, created_ms, last_used_ms, hits "
-                          "FROM entries ORDER BY last_used_ms DESC, key");
-    while (query.step()) {
-      CacheEntryInfo e;
-      e.key = query.column_text(0);
-      e.name = query.column_text(1);
-      e.kind = query.column_text(2);
-      e.arch = query.column_text(3);
-      e.nvrtc_version = query.column_text(4);
-      e.driver_version = static_cast<int>(query.column_int(5));
-      e.options = query.column_text(6);
-      for (auto& [expression, lowered] : decode_lowered(query.column_text(7))) {
-        e.kernels.push_back(expression);
-      }
-      e.size = static_cast<std::uint64_t>(query.column_int(8));
-      e.compile_ms = query.column_double(9);
-      e.created = query.column_int(10) / 1000;
-      e.last_used = query.column_int(11) / 1000;
-      e.hits = static_cast<std::uint64_t>(query.column_int(12));
-      if (auto it = m_pending_hits.find(e.key); it != m_pending_hits.end()) {
-        e.hits += it->second.first;
-        e.last_used = std::max(e.last_used, it->second.second / 1000);
-      }
-      result.push_back(std::move(e));
-    }
-  } catch (const SqliteFailure& failure) {
-    throw CacheError(
-      fmt::format("cannot list kernel cache '{}': {}", m_path.string(), failure.message));
-  }
-  return result;
-}
-
-void SqliteStore::require_writable(const char* what) const {
-  if (m_read_only) {
-    throw CacheError(
-      fmt::format("cannot {} kernel cache '{}': it is read-only", what, m_path.string()));
-  }
-}
-
-void SqliteStore::fail(const char* what, const SqliteFailure& failure) const {
-  throw CacheError(
-    fmt::format("cannot {} kernel cache '{}': {}", what, m_path.string(), failure.message));
-}
-
-VerifyReport SqliteStore::verify(bool fix) {
-  if (fix) {
-    require_writable("fix");
-  }
-  std::lock_guard lock(m_mutex);
-  VerifyReport report;
-  if (!m_moved_aside.empty()) {
-    report.moved_aside.push_back(m_moved_aside);
-  }
-  try {
-    Statement integrity(m_db, "PRAGMA integrity_check");
-    while (integrity.step()) {
-      const std::string line = integrity.column_text(0);
-      if (line != "ok") {
-        report.integrity.push_back(line);
-      }
-    }
-    Statement rows(m_db, "SELECT key, kind, lowered_names, blob, checksum FROM entries");
-    while (rows.step()) {
-      ++report.checked;
-      const std::string key = rows.column_text(0);
-      if (checksum(key, rows.column_text(1), rows.column_text(2), rows.column_blob(3)) !=
-          rows.column_int(4)) {
-        report.bad_entries.push_back(key);
-      }
-    }
-    rows.reset();
-    if (fix && !report.bad_entries.empty()) {
-      m_db.exec("BEGIN IMMEDIATE");
-      Statement remove(m_db, "DELETE FROM entries WHERE key = ?1");
-      for (const auto& key : report.bad_entries) {
-        remove.bind(1, key);
-        remove.run();
-        report.removed += static_cast<std::uint64_t>(sqlite3_changes(m_db.get()));
-        m_pending_hits.erase(key);
-      }
-      m_db.exec("COMMIT");
-    }
-  } catch (const SqliteFailure& failure) {
-    sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
-    fail("verify", failure);
-  }
-  return report;
-}
-
-std::uint64_t SqliteStore::prune(std::optional<std::uint64_t> max_size,
-                                 std::optional<std::int64_t> older_than_seconds) {
-  require_writable("prune");
-  std::lock_guard lock(m_mutex);
-  std::uint64_t removed = 0;
-  try {
-    write_pending_transaction();
-    m_db.exec("BEGIN IMMEDIATE");
-    if (older_than_seconds) {
-      Statement old(m_db, "DELETE FROM entries WHERE last_used_ms < ?1");
-      old.bind(1, now_ms() - *older_than_seconds * 1000);
-      old.run();
-      removed += static_cast<std::uint64_t>(sqlite3_changes(m_db.get()));
-    }
-    if (max_size) {
-      const std::uint64_t saved = m_max_size;
-      m_max_size = *max_size;
-      removed += evict("");
-      m_max_size = saved;
-    }
-    m_db.exec("COMMIT");
-  } catch (const SqliteFailure& failure) {
-    sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
-    fail("prune", failure);
-  }
-  return removed;
-}
-
-void SqliteStore::clear() {
-  require_writable("clear");
-  std::lock_guard lock(m_mutex);
-  try {
-    m_db.exec("BEGIN IMMEDIATE");
-    m_db.exec("DELETE FROM entries; DELETE FROM stats;");
-    m_db.exec("COMMIT");
-    m_db.exec("VACUUM");
-    m_pending = {};
-    m_pending_hits.clear();
-  } catch (const SqliteFailure& failure) {
-    sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
-    fail("clear", failure);
-  }
-}
-
-std::uint64_t SqliteStore::export_to(const std::filesystem::path& file,
-                                     const std::vector<std::string>& archs) {
-  std::lock_guard lock(m_mutex);
-  std::error_code ec;
-  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
-    std::filesystem::remove(file.string() + suffix, ec);
-  }
-  try {
-    {
-      // A plain rollback-journal database: one self-contained file to copy into an image.
-      Database target = open_database(file, true, false);
-      target.exec(k_schema);
-    }
-    Statement attach(m_db, "ATTACH DATABASE ?1 AS export");
-    attach.bind(1, file.string());
-    attach.run();
-    std::string sql = "INSERT INTO export.entries SELECT * FROM main.entries";
-    if (!archs.empty()) {
-      sql += " WHERE arch IN (";
-      for (std::size_t i = 0; i < archs.size(); ++i) {
-        sql += fmt::format("{}?{}", i == 0 ? "" : ", ", i + 1);
-      }
-      sql += ")";
-    }
-    std::uint64_t written = 0;
-    try {
-      Statement copy(m_db, sql.c_str());
-      for (std::size_t i = 0; i < archs.size(); ++i) {
-        copy.bind(static_cast<int>(i + 1), archs[i]);
-      }
-      copy.run();
-      written = static_cast<std::uint64_t>(sqlite3_changes(m_db.get()));
-    } catch (...) {
-      sqlite3_exec(m_db.get(), "DETACH DATABASE export", nullptr, nullptr, nullptr);
-      throw;
-    }
-    m_db.exec("DETACH DATABASE export");
-    return written;
-  } catch (const SqliteFailure& failure) {
-    throw CacheError(fmt::format("cannot export kernel cache '{}' to '{}': {}", m_path.string(),
-                                 file.string(), failure.message));
-  }
-}
-
-std::uint64_t SqliteStore::import_from(const std::filesystem::path& file) {
-  require_writable("import into");
-  std::string why;
-  auto source = open_file_read_only(file, &why);
-  if (!source) {
-    throw CacheError(fmt::format("cannot import '{}': {} (a kjit store of schema version {} is "
-                                 "needed)",
-                                 file.string(), why, k_store_schema_version));
-  }
-  std::lock_guard lock(m_mutex);
-  std::uint64_t added = 0;
-  std::uint64_t skipped = 0;
-  try {
-    Statement rows(source->m_db, "SELECT * FROM entries");
-    m_db.exec("BEGIN IMMEDIATE");
-    Statement insert(m_db, "INSERT OR IGNORE INTO entries VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
-                           "?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)");
-    while (rows.step()) {
-      const std::string key = rows.column_text(0);
-      // Columns: key name kind arch nvrtc driver options lowered blob checksum size compile_ms
-      // created last_used hits log.
-      if (checksum(key, rows.column_text(2), rows.column_text(7), rows.column_blob(8)) !=
-          rows.column_int(9)) {
-        ++skipped;
-        continue;
-      }
-      for (int c = 0; c < 16; ++c) {
-        const int type = sqlite3_column_type(rows.get(), c);
-        if (type == SQLITE_INTEGER) {
-          insert.bind(c + 1, rows.column_int(c));
-        } else if (type == SQLITE_FLOAT) {
-          insert.bind(c + 1, rows.column_double(c));
-        } else if (type == SQLITE_BLOB) {
-          insert.bind_blob(c + 1, rows.column_blob(c));
-        } else {
-          insert.bind(c + 1, rows.column_text(c));
-        }
-      }
-      insert.run();
-      added += static_cast<std::uint64_t>(sqlite3_changes(m_db.get()));
-    }
-    evict("");
-    m_db.exec("COMMIT");
-  } catch (const SqliteFailure& failure) {
-    sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
-    throw CacheError(fmt::format("cannot import '{}' into kernel cache '{}': {}", file.string(),
-                                 m_path.string(), failure.message));
-  }
-  if (skipped > 0) {
-    log(LogLevel::warning, "skipped {} entries of '{}' that fail their checksum", skipped,
-        file.string());
-  }
-  return added;
-}
-
-void SqliteStore::write_pending_transaction() {
-  if (m_read_only || m_writes_failed) {
-    return;
-  }
-  m_db.exec("BEGIN IMMEDIATE");
-  try {
-    write_pending();
-    m_db.exec("COMMIT");
-    m_pending = {};
-    m_pending_hits.clear();
-  } catch (...) {
-    sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
-    throw;
-  }
 }
 
 } // namespace kjit::detail

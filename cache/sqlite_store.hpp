@@ -39,6 +39,9 @@ struct StoredBinary {
   std::string blob;
   double compile_ms = 0;
   std::string log;
+  // Note [Provenance]: encoded origin and key fields; `get` fills the origin only.
+  std::string origin;
+  std::string fields;
 };
 
 // The default cache directory: `$KJIT_CACHE_DIR`, else `$XDG_CACHE_HOME/kjit`, else
@@ -80,6 +83,10 @@ public:
   void put(const std::string& key, const StoredBinary& value, bool replace,
            bool count_compile = true);
 
+  // Records (with the next write) the origin and key fields of an entry found by a lookup whose
+  // program has another origin than the one stored (Note [Provenance]). Never throws.
+  void note_provenance(const std::string& key, std::string origin, std::string fields) noexcept;
+
   void count_miss() noexcept;
   // Counts (and reports, once) a row of `key` that failed its checksum.
   void count_corrupt(const std::string& key) noexcept;
@@ -108,6 +115,8 @@ public:
   std::uint64_t export_to(const std::filesystem::path& file, const std::vector<std::string>& archs);
   std::uint64_t import_from(const std::filesystem::path& file);
   std::vector<CacheEntryInfo> entries() const;
+  // Removes the entries of `keys` (absent ones are skipped); returns how many were removed.
+  std::uint64_t remove(const std::vector<std::string>& keys);
   bool read_only() const noexcept { return m_read_only; }
   const std::filesystem::path& path() const noexcept { return m_path; }
 
@@ -119,6 +128,7 @@ private:
   void with_busy_retry(F&& work);
   void write_pending();                         // inside a write transaction; m_mutex held
   std::uint64_t evict(const std::string& keep); // returns the number removed
+  bool remove_row(const std::string& key);      // in a write transaction; m_mutex held
   void write_pending_transaction();
   void warn_write_failure(const SqliteFailure& failure);
   void require_writable(const char* what) const;
@@ -127,6 +137,7 @@ private:
   std::filesystem::path m_path;
   Database m_db;
   bool m_read_only;
+  bool m_has_provenance = false; // the store has the provenance table (Note [Provenance])
   std::uint64_t m_max_size;
   std::unique_ptr<LockFile> m_locks;
 
@@ -136,7 +147,8 @@ private:
   bool m_warned_read_only = false;
   std::string m_moved_aside; // the damaged file open() moved aside, if it did
   CacheStats m_pending;      // counter deltas not yet written
-  std::map<std::string, std::pair<std::uint64_t, std::int64_t>> m_pending_hits; // hits, last ms
+  std::map<std::string, std::pair<std::uint64_t, std::int64_t>> m_pending_hits;    // hits, last ms
+  std::map<std::string, std::pair<std::string, std::string>> m_pending_provenance; // origin, fields
 };
 
 } // namespace kjit::detail

@@ -4,6 +4,7 @@
 #include <kjit/runtime.hpp>
 
 #include "cache/cache_key.hpp"
+#include "cache/provenance.hpp"
 #include "cache/remote/remote_store.hpp"
 #include "cache/sqlite_store.hpp"
 #include "runtime/cuda/driver.hpp"
@@ -247,6 +248,24 @@ struct Runtime::Impl {
                                                driver_version(), id.headers});
   }
 
+  detail::KeyIdentity key_identity() const {
+    const auto& id = nvrtc_identity();
+    return detail::KeyIdentity{id.major, id.minor, driver_version(), id.headers};
+  }
+
+  // A writable-store hit whose stored origin is not the program's: record the program's
+  // (Note [Provenance]).
+  void note_origin(detail::SqliteStore& store, const Program& program, const Target& target,
+                   const std::string& key_hex, const std::string& stored_origin) {
+    const ProgramOrigin& origin = program.options().origin;
+    if (origin.empty() || detail::decode_origin(stored_origin) == origin) {
+      return;
+    }
+    store.note_provenance(
+      key_hex, detail::encode_origin(origin),
+      detail::encode_fields(detail::key_fields(program, target, key_identity())));
+  }
+
   std::shared_ptr<Compiled> obtain(const Program& program, const Target& target) {
     const detail::Digest digest = key(program, target);
     // A scoped program may be served by its package's own store: its memo entry is its own.
@@ -315,6 +334,7 @@ struct Runtime::Impl {
       if (lookup == Lookup::hit) {
         detail::log(LogLevel::debug, "'{}' for {}: hit in the store (key {})", program.name(),
                     target.name(), key_hex);
+        note_origin(*store, program, target, key_hex, stored.origin);
         return from_store(stored, target, key_hex);
       }
     }
@@ -345,6 +365,7 @@ struct Runtime::Impl {
         corrupt.fetch_add(1, std::memory_order_relaxed);
       }
       if (lookup == Lookup::hit) {
+        note_origin(*store, program, target, key_hex, stored.origin);
         return from_store(stored, target, key_hex);
       }
       store->count_miss();
@@ -391,6 +412,8 @@ struct Runtime::Impl {
       return nullptr;
     }
     if (detail::SqliteStore* store = cache.store()) {
+      stored.origin = detail::encode_origin(program.options().origin);
+      stored.fields = detail::encode_fields(detail::key_fields(program, target, key_identity()));
       store->put(key_hex, stored, lookup == detail::SqliteStore::Lookup::corrupt,
                  /*count_compile=*/false);
     }
@@ -455,6 +478,8 @@ struct Runtime::Impl {
     value.blob = compiled.binary.data;
     value.compile_ms = compiled.binary.compile_ms;
     value.log = compiled.binary.log;
+    value.origin = detail::encode_origin(program.options().origin);
+    value.fields = detail::encode_fields(detail::key_fields(program, target, key_identity()));
     return value;
   }
 
@@ -554,6 +579,12 @@ Target Runtime::default_target() {
 
 std::string Runtime::key(const Program& program, const Target& target) {
   return detail::to_hex(m_impl->key(program, target));
+}
+
+LookupExplanation Runtime::explain(const Program& program, const Target& target) {
+  return detail::explain_lookup(m_impl->cache, detail::to_hex(m_impl->key(program, target)),
+                                detail::key_fields(program, target, m_impl->key_identity()),
+                                program.options().scope);
 }
 
 int Runtime::driver_version() {

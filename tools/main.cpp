@@ -2,12 +2,14 @@
 //
 //   kjit warm [PACKAGE|PATH ...] [--arch sm_80,sm_90] [--driver-version V] [-j N] [--remote URL]
 //   kjit cache stats|ls|verify [--fix]|prune|clear|export FILE|import FILE|push|pull [--json]
+//   kjit cache ls|rm [KEY ...] [--package NAME [--version V]] [--op OP] [--arch A]
+//   kjit cache why PACKAGE [OP] [--arch A] [--driver-version V] [--json]
 //   kjit info [--json]
 //   kjit compile FILE --arch sm_90 [-o OUT] [--ptx] [--option OPT ...]
 //   kjit new NAME [DIR]
 //
-// Exit codes: 0 success, 1 the work failed, 2 usage errors. Over 600 lines: one file per command
-// would hold a screen each; they share the option parsing and the JSON/text printers.
+// Exit codes: 0 success, 1 the work failed, 2 usage errors. Here: the options of every command,
+// info, compile and new; warm and check in warm_commands.cpp, cache in cache_commands.cpp.
 #include <kjit/kjit.hpp>
 
 #include <CLI/CLI.hpp>
@@ -26,417 +28,17 @@
 #include <optional>
 #include <unistd.h>
 
+#include "tools/cli.hpp"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
+using namespace kjit_cli;
 
 namespace {
 
-// Usage errors (exit 2) found after parsing.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-fs::path executable_dir() {
-  std::error_code ec;
-  const auto self = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? fs::path() : self.parent_path();
-}
-
-// Where the packages shipped with kjit are: an installed tree (bin/../share/kjit/kernels), the
-// Python package (kjit/bin/kjit -> kjit/kernels), `KJIT_BUILTIN_PACKAGES`, or the source tree of
-// this build.
-std::vector<fs::path> builtin_package_dirs() {
-  std::vector<fs::path> dirs;
-  if (const char* env = std::getenv("KJIT_BUILTIN_PACKAGES"); env != nullptr && *env != '\0') {
-    dirs.emplace_back(env);
-  }
-  const fs::path exe = executable_dir();
-  std::error_code ec;
-  for (const auto& candidate : {exe / ".." / "share" / "kjit" / "kernels", exe / ".." / "kernels",
-                                fs::path(KJIT_SOURCE_KERNELS)}) {
-    if (fs::is_directory(candidate, ec)) {
-      dirs.push_back(fs::weakly_canonical(candidate, ec));
-      break;
-    }
-  }
-  return dirs;
-}
-
-std::string human_time(std::int64_t unix_seconds) {
-  if (unix_seconds <= 0) {
-    return "-";
-  }
-  const std::time_t t = unix_seconds;
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M", &tm);
-  return text;
-}
-
-std::string size_text(std::uint64_t bytes) {
-  if (bytes < 1024) {
-    return fmt::format("{} B", bytes);
-  }
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = -1;
-  while (value >= 1024 && unit < 3) {
-    value /= 1024;
-    ++unit;
-  }
-  return fmt::format("{:.1f} {}", value, units[unit]);
-}
-
-// "30d", "12h", "45m", "90s" or plain seconds.
-std::optional<std::int64_t> parse_duration(const std::string& text) {
-  std::size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-  const std::string unit = text.substr(used);
-  const std::int64_t scale = unit.empty() || unit == "s" ? 1
-                             : unit == "m"               ? 60
-                             : unit == "h"               ? 3600
-                             : unit == "d"               ? 86400
-                             : unit == "w"               ? 7 * 86400
-                                                         : 0;
-  std::int64_t seconds = 0;
-  if (scale == 0 || value < 0 || __builtin_mul_overflow(value, scale, &seconds)) {
-    return std::nullopt;
-  }
-  return seconds;
-}
-
-json stats_json(const kjit::CacheStats& s) {
-  return {{"memory_hits", s.memory_hits},
-          {"memory_misses", s.memory_misses},
-          {"store_hits", s.store_hits},
-          {"store_misses", s.store_misses},
-          {"compiles", s.compiles},
-          {"compile_ms", s.compile_ms},
-          {"corrupt", s.corrupt},
-          {"evictions", s.evictions},
-          {"entries", s.entries},
-          {"size_bytes", s.size_bytes},
-          {"remote",
-           {{"hits", s.remote.hits},
-            {"misses", s.remote.misses},
-            {"errors", s.remote.errors},
-            {"timeouts", s.remote.timeouts},
-            {"bad_entries", s.remote.bad_entries},
-            {"writes", s.remote.writes},
-            {"dropped", s.remote.dropped},
-            {"lock_waits", s.remote.lock_waits},
-            {"bytes_read", s.remote.bytes_read},
-            {"bytes_written", s.remote.bytes_written},
-            {"saved_ms", s.remote.saved_ms}}}};
-}
-
-// ---- warm -----------------------------------------------------------------------------------
-
-struct WarmArgs {
-  std::vector<std::string> packages;
-  std::string arch;
-  std::optional<int> driver_version;
-  unsigned jobs = 0;
-  std::optional<std::string> remote;
-};
-
-std::vector<kjit::Target> warm_targets(const std::string& arch_list) {
-  std::vector<kjit::Target> targets;
-  if (!arch_list.empty()) {
-    for (const auto& arch : kjit::Arch::parse_list(arch_list)) {
-      targets.push_back(kjit::Target{arch});
-    }
-    return targets;
-  }
-  const int devices = kjit::device_count();
-  if (devices == 0) {
-    throw UsageError("no GPU found to take the archs from: name them, e.g. --arch sm_80,sm_90");
-  }
-  for (int d = 0; d < devices; ++d) {
-    const kjit::Target target = kjit::target_for_device(kjit::device_info(d).arch);
-    if (std::find(targets.begin(), targets.end(), target) == targets.end()) {
-      targets.push_back(target);
-    }
-  }
-  std::string names;
-  for (const auto& t : targets) {
-    names += (names.empty() ? "" : ", ") + t.name();
-  }
-  std::cout << "no --arch given: using the detected GPUs' " << names << "\n";
-  return targets;
-}
-
-int run_warm(const WarmArgs& args) {
-  const auto search = kjit::package_search_path(builtin_package_dirs());
-  std::vector<fs::path> dirs;
-  if (args.packages.empty()) {
-    dirs = kjit::find_packages(search);
-    if (dirs.empty()) {
-      throw kjit::Error("no kernel packages on the search path; name packages or set KJIT_PATH");
-    }
-  } else {
-    for (const auto& name : args.packages) {
-      dirs.push_back(kjit::find_package(name, search));
-    }
-  }
-  const auto targets = warm_targets(args.arch);
-  // A package that does not load is reported and skipped: the others are still warmed, and
-  // the exit code says something failed.
-  std::vector<kjit::Package> packages;
-  std::size_t broken = 0;
-  for (const auto& dir : dirs) {
-    try {
-      packages.push_back(kjit::Package::load(dir));
-    } catch (const kjit::Error& e) {
-      std::cerr << fmt::format("kjit: skipping the package at {}: {}\n", dir.string(), e.what());
-      ++broken;
-    }
-  }
-  if (packages.empty()) {
-    throw kjit::Error(fmt::format("none of the {} package(s) loads", dirs.size()));
-  }
-  // Kernels that cannot be pre-compiled (a placeholder without warm values) would compile at
-  // first use: said, with the fix, and the exit code says the store is not complete.
-  std::size_t gaps = 0;
-  for (const auto& package : packages) {
-    for (const auto& gap : package.warm_gaps()) {
-      std::string needs;
-      for (const auto& n : gap.needs) {
-        needs += (needs.empty() ? "" : ", ") + n;
-      }
-      std::cerr << fmt::format("kjit: cannot warm {}/{} kernel '{}': no warm values for {}; {}\n",
-                               package.name(), gap.op, gap.kernel, needs, gap.fix);
-      ++gaps;
-    }
-  }
-  kjit::RuntimeOptions options;
-  options.driver_version = args.driver_version;
-  options.remote_cache = args.remote;
-  kjit::Runtime runtime(options);
-
-  const bool tty = ::isatty(STDOUT_FILENO) != 0;
-  kjit::WarmOptions warm_options;
-  warm_options.targets = targets;
-  warm_options.jobs = args.jobs;
-  warm_options.processes = options; // worker processes: they scale further than threads
-  warm_options.on_result = [&](const kjit::WarmResult& r, std::size_t done, std::size_t total) {
-    const std::string what = fmt::format("{}/{} {} for {}", r.job->package, r.job->op,
-                                         r.job->kernel, r.job->target.name());
-    const char* outcome = !r.ok ? "FAILED" : r.cached ? "cached" : "compiled";
-    if (tty) {
-      constexpr int k_width = 30;
-      const int filled = static_cast<int>(k_width * done / std::max<std::size_t>(total, 1));
-      std::cout << fmt::format("\r\033[K[{}{}] {}/{} {} {}", std::string(filled, '#'),
-                               std::string(k_width - filled, '.'), done, total, outcome, what)
-                << std::flush;
-      if (!r.ok || done == total) {
-        std::cout << "\n";
-      }
-    } else {
-      std::cout << fmt::format("[{}/{}] {} {} ({:.0f} ms)\n", done, total, outcome, what, r.ms);
-    }
-  };
-  std::cout << fmt::format("warming {} package(s) for {} target(s), cache {}{}\n", packages.size(),
-                           targets.size(),
-                           runtime.cache().enabled() ? runtime.cache().path().string() : "disabled",
-                           runtime.remote_cache() ? " and remote " + *runtime.remote_cache() : "");
-  const kjit::WarmSummary summary = kjit::warm(runtime, packages, warm_options);
-  for (const auto& failure : summary.failures) {
-    std::cerr << fmt::format("\nfailed: {}/{} {} for {}:\n{}\n", failure.job->package,
-                             failure.job->op, failure.job->kernel, failure.job->target.name(),
-                             failure.error);
-  }
-  std::cout << fmt::format("{} compiled, {} already cached, {} failed, in {:.2f} s ({} jobs)\n",
-                           summary.compiled, summary.cached, summary.failed, summary.seconds,
-                           summary.jobs);
-  if (broken > 0) {
-    std::cerr << fmt::format("kjit: {} package(s) skipped: they do not load\n", broken);
-  }
-  if (gaps > 0) {
-    std::cerr << fmt::format("kjit: {} kernel(s) not warmed: they will compile at first use\n",
-                             gaps);
-  }
-  return summary.failed == 0 && broken == 0 && gaps == 0 ? 0 : 1;
-}
-
-// ---- check ----------------------------------------------------------------------------------
-
-int run_check(const std::vector<std::string>& names, const std::string& arch) {
-  if (names.empty()) {
-    throw UsageError("name the packages to check (a name or a folder)");
-  }
-  const auto search = kjit::package_search_path(builtin_package_dirs());
-  std::vector<kjit::Target> targets;
-  for (const auto& a : kjit::Arch::parse_list(arch.empty() ? "sm_90" : arch)) {
-    targets.push_back(kjit::Target{a});
-  }
-  kjit::Runtime runtime;
-  bool ok = true;
-  for (const auto& name : names) {
-    const kjit::Package package = kjit::Package::load(kjit::find_package(name, search));
-    const kjit::CheckReport report = kjit::check_package(runtime, package, targets);
-    for (const auto& p : report.problems) {
-      std::cerr << fmt::format("kjit: {}/{} {} for {}: {}\n", package.name(), p.op, p.kernel,
-                               p.target, p.what);
-    }
-    for (const auto& gap : report.gaps) {
-      std::cerr << fmt::format("kjit: {}/{} kernel '{}' not checked: no warm values; {}\n",
-                               package.name(), gap.op, gap.kernel, gap.fix);
-    }
-    std::cout << fmt::format(
-      "{} {}: {} launch(es) checked against their kernels' parameters, {} "
-      "problem(s){}{}\n",
-      package.name(), package.version(), report.checked, report.problems.size(),
-      report.unreadable > 0 ? fmt::format(", {} compiled only (PTX)", report.unreadable)
-                            : std::string(),
-      report.gaps.empty() ? std::string()
-                          : fmt::format(", {} kernel(s) not checked", report.gaps.size()));
-    ok = ok && report.problems.empty() && report.gaps.empty();
-  }
-  return ok ? 0 : 1;
-}
-
-// ---- cache ----------------------------------------------------------------------------------
-
-int run_cache_stats(kjit::Runtime& runtime, bool as_json) {
-  kjit::Cache& cache = runtime.cache();
-  const auto stats = cache.stats();
-  if (as_json) {
-    std::cout << json{{"path", cache.path().string()},
-                      {"read_only", cache.read_only()},
-                      {"enabled", cache.enabled()},
-                      {"stats", stats_json(stats)}}
-                   .dump(2)
-              << "\n";
-    return 0;
-  }
-  if (!cache.enabled()) {
-    std::cout << "kernel cache: disabled\n";
-    return 0;
-  }
-  const double saved_ms = stats.compiles > 0
-                            ? stats.compile_ms / static_cast<double>(stats.compiles) *
-                                static_cast<double>(stats.store_hits)
-                            : 0;
-  std::cout << fmt::format("kernel cache   {}{}\n", cache.path().string(),
-                           cache.read_only() ? " (read-only)" : "")
-            << fmt::format("entries        {} ({})\n", stats.entries, size_text(stats.size_bytes))
-            << fmt::format("store hits     {}\n", stats.store_hits)
-            << fmt::format("store misses   {}\n", stats.store_misses)
-            << fmt::format("memory hits    {}\n", stats.memory_hits)
-            << fmt::format("compiles       {} ({:.1f} s of NVRTC)\n", stats.compiles,
-                           stats.compile_ms / 1000)
-            << fmt::format("time saved     ~{:.1f} s (hits x mean compile time)\n", saved_ms / 1000)
-            << fmt::format("corrupt        {}\n", stats.corrupt)
-            << fmt::format("evictions      {}\n", stats.evictions);
-  const auto& r = stats.remote;
-  if (runtime.remote_cache() || r.hits + r.misses + r.errors + r.timeouts + r.writes > 0) {
-    std::cout << fmt::format("remote         {}\n",
-                             runtime.remote_cache().value_or("(not set now)"))
-              << fmt::format("remote hits    {} ({}, ~{:.1f} s of compiles saved)\n", r.hits,
-                             size_text(r.bytes_read), r.saved_ms / 1000)
-              << fmt::format("remote misses  {} ({} waited for another host)\n", r.misses,
-                             r.lock_waits)
-              << fmt::format("remote writes  {} ({}), {} dropped\n", r.writes,
-                             size_text(r.bytes_written), r.dropped)
-              << fmt::format("remote faults  {} errors, {} timeouts, {} bad entries deleted\n",
-                             r.errors, r.timeouts, r.bad_entries);
-  }
-  return 0;
-}
-
-int run_cache_ls(kjit::Runtime& runtime, bool as_json) {
-  auto entries = runtime.cache().entries();
-  const auto read_only = runtime.cache().read_only_entries();
-  entries.insert(entries.end(), read_only.begin(), read_only.end());
-  if (as_json) {
-    json list = json::array();
-    for (const auto& e : entries) {
-      list.push_back({{"key", e.key},
-                      {"store", e.store.empty() ? json(nullptr) : json(e.store)},
-                      {"name", e.name},
-                      {"kernels", e.kernels},
-                      {"kind", e.kind},
-                      {"arch", e.arch},
-                      {"size", e.size},
-                      {"nvrtc", e.nvrtc_version},
-                      {"driver", e.driver_version},
-                      {"options", e.options},
-                      {"compile_ms", e.compile_ms},
-                      {"created", e.created},
-                      {"last_used", e.last_used},
-                      {"hits", e.hits}});
-    }
-    std::cout << list.dump(2) << "\n";
-    return 0;
-  }
-  std::cout << fmt::format("{:<12} {:<44} {:<11} {:>10} {:<16} {:>5}\n", "key", "kernel", "arch",
-                           "size", "last used", "hits");
-  std::string store;
-  for (const auto& e : entries) {
-    if (e.store != store) {
-      store = e.store;
-      std::cout << fmt::format("read-only store {}:\n", store);
-    }
-    std::string kernel = e.name;
-    if (!e.kernels.empty()) {
-      kernel += " " + e.kernels.front();
-    }
-    if (kernel.size() > 44) {
-      kernel = kernel.substr(0, 43) + "~";
-    }
-    std::cout << fmt::format("{:<12} {:<44} {:<11} {:>10} {:<16} {:>5}\n", e.key.substr(0, 12),
-                             kernel, e.arch, size_text(e.size), human_time(e.last_used), e.hits);
-  }
-  std::cout << fmt::format(
-    "{} entries{}\n", entries.size(),
-    read_only.empty() ? std::string() : fmt::format(" ({} in read-only stores)", read_only.size()));
-  return 0;
-}
-
-int run_cache_verify(kjit::Runtime& runtime, bool fix, bool as_json) {
-  const kjit::VerifyReport report = runtime.cache().verify(fix);
-  if (as_json) {
-    std::cout << json{{"checked", report.checked},         {"bad_entries", report.bad_entries},
-                      {"integrity", report.integrity},     {"removed", report.removed},
-                      {"moved_aside", report.moved_aside}, {"ok", report.ok()}}
-                   .dump(2)
-              << "\n";
-  } else {
-    std::cout << fmt::format("checked {} entries of {}\n", report.checked,
-                             runtime.cache().path().string());
-    for (const auto& key : report.bad_entries) {
-      std::cout << "bad checksum: " << key << (fix ? " (removed)" : "") << "\n";
-    }
-    for (const auto& line : report.integrity) {
-      std::cout << "integrity: " << line << "\n";
-    }
-    for (const auto& file : report.moved_aside) {
-      std::cout << "the store was not a valid database: moved it to '" << file
-                << "' and started an empty one\n";
-    }
-    std::cout << (report.ok() ? "ok\n"
-                  : fix && report.integrity.empty()
-                    ? fmt::format("{} bad entries removed\n", report.removed)
-                    : fmt::format("{} bad entries{}\n", report.bad_entries.size(),
-                                  fix || report.bad_entries.empty()
-                                    ? ""
-                                    : "; run 'kjit cache verify --fix' to remove them"));
-  }
-  // Exit 0 only for a store found sound: a repair (--fix, or a damaged file moved aside) is
-  // reported as a failure, so scripts notice that entries were lost.
-  return report.ok() ? 0 : 1;
-}
-
 // ---- info, compile, new ---------------------------------------------------------------------
 
-int run_info(bool as_json) {
+int run_info(bool as_json, const std::vector<std::string>& extra_packages) {
   kjit::Runtime runtime;
   const kjit::NvrtcInfo nvrtc = kjit::nvrtc_info();
   json devices = json::array();
@@ -451,7 +53,15 @@ int run_info(bool as_json) {
   }
   const auto search = kjit::package_search_path(builtin_package_dirs());
   json packages = json::array();
-  for (const auto& dir : kjit::find_packages(search)) {
+  std::vector<fs::path> dirs = kjit::find_packages(search);
+  for (const auto& extra : extra_packages) {
+    std::error_code ec;
+    if (std::none_of(dirs.begin(), dirs.end(),
+                     [&](const fs::path& d) { return fs::equivalent(d, extra, ec); })) {
+      dirs.emplace_back(extra);
+    }
+  }
+  for (const auto& dir : dirs) {
     try {
       const auto package = kjit::Package::load(dir);
       packages.push_back(
@@ -749,8 +359,31 @@ int main(int argc, char** argv) {
   bool as_json = false;
   auto* stats = cache->add_subcommand("stats", "hits, misses, compiles, size");
   stats->add_flag("--json", as_json, "print JSON");
+  kjit::EntryFilter filter;
+  auto add_filter = [&](CLI::App* command) {
+    command->add_option("--package", filter.package, "the entries of this package (a name)");
+    command->add_option("--version", filter.version, "of this version of --package");
+    command->add_option("--op", filter.op, "of the kernels this op launches");
+    command->add_option("--arch", filter.arch, "for this arch, e.g. sm_90");
+  };
   auto* ls = cache->add_subcommand("ls", "list entries, most recently used first");
+  add_filter(ls);
   ls->add_flag("--json", as_json, "print JSON");
+  std::vector<std::string> rm_keys;
+  auto* rm = cache->add_subcommand("rm", "remove entries by key or by package, version, op");
+  rm->add_option("keys", rm_keys, "keys or key prefixes (kjit cache ls shows them)");
+  add_filter(rm);
+  WhyArgs why_args;
+  auto* why = cache->add_subcommand(
+    "why", "say, per launch and specialization, whether an op's kernels are in the cache and, "
+           "where not, which input of the key changed (source, header, option, arch, NVRTC, "
+           "driver)");
+  why->add_option("package", why_args.package, "a package name or folder")->required();
+  why->add_option("op", why_args.op, "one op (default: every op)");
+  why->add_option("--arch", why_args.arch, "archs (default: the detected GPU's, else sm_90)");
+  why->add_option("--driver-version", why_args.driver_version,
+                  "driver version that enters cache keys without a driver, as for warm");
+  why->add_flag("--json", why_args.as_json, "print JSON");
   bool fix = false;
   auto* verify = cache->add_subcommand("verify", "check every checksum and SQLite's integrity");
   verify->add_flag("--fix", fix, "remove bad entries");
@@ -777,8 +410,14 @@ int main(int argc, char** argv) {
   auto* pull = cache->add_subcommand("pull", "copy every entry of the remote cache here");
   pull->add_option("--remote", remote_url, "redis://host:port (default: KJIT_REMOTE_CACHE)");
 
+  std::vector<std::string> info_packages;
   auto* info = app.add_subcommand("info", "versions, devices, caches and packages");
   info->add_flag("--json", as_json, "print JSON");
+  info
+    ->add_option("--package", info_packages,
+                 "also list the package in this folder (the Python kjit command passes every "
+                 "installed one: package store, wheels)")
+    ->allow_extra_args(false);
 
   CompileArgs compile_args;
   auto* compile = app.add_subcommand("compile", "compile one .cu file (no cache)");
@@ -830,13 +469,16 @@ int main(int argc, char** argv) {
       return run_check(check_packages, check_arch);
     }
     if (info->parsed()) {
-      return run_info(as_json);
+      return run_info(as_json, info_packages);
     }
     if (compile->parsed()) {
       return run_compile(compile_args);
     }
     if (create->parsed()) {
       return run_new(new_name, new_dir);
+    }
+    if (why->parsed()) {
+      return run_cache_why(why_args);
     }
     if (push->parsed() || pull->parsed()) {
       kjit::Runtime runtime(kjit::RuntimeOptions{.remote_cache = remote_url});
@@ -855,7 +497,10 @@ int main(int argc, char** argv) {
       return run_cache_stats(runtime, as_json);
     }
     if (ls->parsed()) {
-      return run_cache_ls(runtime, as_json);
+      return run_cache_ls(runtime, filter, as_json);
+    }
+    if (rm->parsed()) {
+      return run_cache_rm(runtime, rm_keys, filter);
     }
     if (verify->parsed()) {
       return run_cache_verify(runtime, fix, as_json);

@@ -75,6 +75,38 @@ struct CacheEntryInfo {
   std::int64_t last_used = 0; // unix seconds
   std::uint64_t hits = 0;
   std::string store; // the read-only store file that holds it; empty: the writable store
+  // Where it comes from (Note [Provenance] in cache/provenance.hpp); empty for a program made by
+  // hand or an entry of an older kjit.
+  std::string package;
+  std::string package_version;
+  std::string kernel;           // the kernel's name in the package's manifest
+  std::vector<std::string> ops; // the ops that launch it
+  std::string specialization;   // the entry compiled, e.g. "scale<float>"
+  std::string key_fields;       // what entered its key, one "field<TAB>value" per line
+};
+
+// Which entries a listing or a removal is about; an empty field matches every entry.
+struct EntryFilter {
+  std::string package;
+  std::string version; // the package's version
+  std::string op;      // an op that launches the entry's kernel
+  std::string arch;    // "sm_90"
+  std::string key;     // a prefix of the key
+  bool empty() const noexcept {
+    return package.empty() && version.empty() && op.empty() && arch.empty() && key.empty();
+  }
+  bool matches(const CacheEntryInfo& entry) const;
+};
+
+// Why a lookup of a program hits or misses (`Runtime::explain`, `kjit cache why`).
+struct LookupExplanation {
+  std::string key;   // the lookup's key
+  bool hit = false;  // an entry of that key is in a store that serves the program
+  std::string store; // the store file that holds it (on a hit) or the nearest entry (on a miss)
+  std::size_t candidates = 0; // on a miss: entries of a program of that name in the stores
+  std::string nearest;        // on a miss: the key of the one that differs least, if any
+  std::vector<std::string> differences; // what differs from it, one sentence each
+  bool recorded = true; // false when the nearest entry's sources were not recorded (older kjit)
 };
 
 // What `Cache::verify` found.
@@ -126,6 +158,9 @@ public:
                       std::optional<std::int64_t> older_than_seconds);
   // Removes every entry and resets the statistics.
   void clear();
+  // Removes the writable store's entries that `filter` matches; returns how many. Throws
+  // `CacheError` for an empty filter (that is `clear`) or a store that cannot be written.
+  std::uint64_t remove(const EntryFilter& filter);
   // Writes the entries for `archs` (all when empty; names as in `CacheEntryInfo::arch`) into a
   // new standalone store file `file` (to bake into an image). Returns the number written.
   std::uint64_t export_to(const std::filesystem::path& file, const std::vector<std::string>& archs);

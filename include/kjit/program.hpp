@@ -29,6 +29,19 @@
 
 namespace kjit {
 
+// Where a program comes from: recorded with its cache entries (`kjit cache ls --package`,
+// `kjit cache why`), never part of the cache key. `Package::specialize` sets it; empty for a
+// program made by hand.
+struct ProgramOrigin {
+  std::string package;
+  std::string version;
+  std::string kernel;           // the kernel's name in the manifest
+  std::vector<std::string> ops; // the ops that launch that kernel
+  std::string specialization;   // the entry compiled, e.g. "rms_norm_fwd<float, 256, 4>"
+  bool empty() const noexcept { return package.empty() && kernel.empty(); }
+  bool operator==(const ProgramOrigin&) const = default;
+};
+
 // How to compile a program. Arch flags are not options: the target is chosen by the `Runtime`.
 struct CompileOptions {
   // NVRTC options, e.g. "-DBLOCK=256", "-std=c++17", "--use_fast_math". Two-word forms ("-D", "X")
@@ -43,6 +56,8 @@ struct CompileOptions {
   // Which scoped read-only stores may serve this program (a package's op namespace; see
   // `Cache::add_read_only_path`). Not part of the cache key.
   std::string scope;
+  // Recorded with the program's cache entries; not part of the cache key.
+  ProgramOrigin origin;
 };
 
 // One header a program includes, or a header-like file of its include dirs, as found when the

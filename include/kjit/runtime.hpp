@@ -97,6 +97,10 @@ public:
   // The cache key of `program` for `target`, 32 hex digits.
   std::string key(const Program& program, const Target& target);
 
+  // Why `program` for `target` would hit or miss in the stores, and on a miss which inputs of the
+  // key differ from the nearest entry of the same program (Note [Provenance]). Compiles nothing.
+  LookupExplanation explain(const Program& program, const Target& target);
+
   // The driver version that enters cache keys (see `RuntimeOptions::driver_version`).
   int driver_version();
 

@@ -161,6 +161,29 @@ def _package_argv(argv: list[str]) -> list[str]:
     return out + folders
 
 
+def _cache_why_argv(argv: list[str]) -> list[str]:
+    """`kjit cache why PACKAGE [OP]` with the package found as kjit.load finds it."""
+    from kjit import _packages
+
+    if len(argv) < 3 or argv[2].startswith("-") or (Path(argv[2]) / "kernel.toml").is_file():
+        return argv
+    return [*argv[:2], str(_packages.resolve(argv[2]).path), *argv[3:]]
+
+
+def _info_argv(argv: list[str]) -> list[str]:
+    """`kjit info` lists the packages of the package store and of wheels too (the C++ tool sees
+    only its search path)."""
+    from kjit import _packages
+
+    if any(a in ("-h", "--help") for a in argv):
+        return argv
+    found, broken = _packages.installed()
+    extra: list[str] = []
+    for path in [c.path for c in found] + [path for path, _ in broken]:
+        extra += ["--package", str(path)]
+    return argv + extra
+
+
 def main() -> None:
     argv = sys.argv[1:]
     wants_python = bool(argv) and (
@@ -177,11 +200,11 @@ def main() -> None:
     exe = executable()
     if not exe.is_file():
         sys.exit(f"kjit: the command-line tool is missing from this installation ({exe})")
-    if argv and argv[0] in _PACKAGE_COMMANDS:
+    if argv and (argv[0] in _PACKAGE_COMMANDS or argv[:2] == ["cache", "why"] or argv[0] == "info"):
         from kjit._errors import Error
 
         try:
-            argv = _package_argv(argv)
+            argv = _package_argv(argv) if argv[0] in _PACKAGE_COMMANDS else _cache_why_argv(argv) if argv[0] == "cache" else _info_argv(argv)
         except Error as e:
             print(f"kjit: {e}", file=sys.stderr)
             sys.exit(1)

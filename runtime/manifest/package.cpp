@@ -375,6 +375,13 @@ Package::specialize(const KernelDecl& kernel,
   if (entry != kernel.entry) {
     options.name_expressions.push_back(entry);
   }
+  options.origin = ProgramOrigin{m_impl->name, m_impl->version, kernel.name, {}, entry};
+  for (const auto& op : m_impl->ops) {
+    if (std::any_of(op.launches.begin(), op.launches.end(),
+                    [&](const LaunchDecl& launch) { return launch.kernel == kernel.name; })) {
+      options.origin.ops.push_back(op.name);
+    }
+  }
   return {Program::from_file(kernel.source, std::move(options)), entry};
 }
 

@@ -90,8 +90,43 @@ def test_stats_and_ls(warmed):
     assert len(entries) == SHIPPED
     assert {e["arch"] for e in entries} == {"sm_80", "sm_90"}
     assert "silu_and_mul_kernel<__half>" in {k for e in entries for k in e["kernels"]}
+    assert {(e["package"], e["version"]) for e in entries} == {("img2gray", "1.0.0"), ("activation", "1.0.0")}
     text = run("cache", "ls", cache=warmed, check=0).stdout
-    assert "img2gray.cu" in text and f"{SHIPPED} entries" in text
+    assert "img2gray 1.0.0 img2gray_vec_kernel" in text and f"{SHIPPED} entries" in text
+    only = json.loads(run("cache", "ls", "--json", "--package", "activation", "--op", "silu_and_mul", "--arch", "sm_90", cache=warmed, check=0).stdout)
+    assert only and all(e["package"] == "activation" and "silu_and_mul" in e["ops"] and e["arch"] == "sm_90" for e in only)
+    assert f"{len(only)} entries matching" in run("cache", "ls", "--package", "activation", "--op", "silu_and_mul", "--arch", "sm_90", cache=warmed, check=0).stdout
+
+
+def test_cache_by_package_why_and_rm_for_a_package_of_the_store(tmp_path):
+    """A package installed in the package store (not on the C++ tool's search path): listed by
+    kjit info, warmed and explained by name; a changed source is named as the miss's cause; its
+    entries are removed by package, leaving the others."""
+    store = tmp_path / "packages"
+    env = {"KJIT_PACKAGES_DIR": str(store)}
+    cache = tmp_path / "cache"
+    run("new", "whyme", store / "whyme" / "0.1.0", check=0)
+    info = json.loads(run("info", "--json", cache=cache, env=env, check=0).stdout)
+    assert ("whyme", "0.1.0") in {(p.get("name"), p.get("version")) for p in info["packages"]}
+    run("warm", "whyme", "img2gray", "--arch", "sm_90", cache=cache, env=env, check=0)
+    why = json.loads(run("cache", "why", "whyme", "--arch", "sm_90", "--json", cache=cache, env=env, check=0).stdout)
+    assert why["package"] == "whyme" and why["lookups"] and all(item["hit"] for item in why["lookups"])
+    source = store / "whyme" / "0.1.0" / "whyme.cu"
+    source.write_text(source.read_text() + "// edited\n")
+    why = json.loads(run("cache", "why", "whyme", "whyme", "--arch", "sm_90", "--json", cache=cache, env=env, check=0).stdout)
+    assert why["lookups"] and not any(item["hit"] for item in why["lookups"])
+    assert all(item["differences"] == ["the source of whyme.cu changed"] for item in why["lookups"]), why
+    text = run("cache", "why", "whyme", "--arch", "sm_80", cache=cache, env=env, check=0).stdout
+    assert "arch: the entry has sm_90, this lookup sm_80" in text and "0 of " in text
+    assert "has no op 'nope'" in run("cache", "why", "whyme", "nope", cache=cache, env=env, check=2).stderr
+    removed = run("cache", "rm", "--package", "whyme", cache=cache, check=0).stdout
+    assert removed.startswith(f"removed {len(why['lookups'])} entries")
+    left = json.loads(run("cache", "ls", "--json", cache=cache, check=0).stdout)
+    assert left and {e["package"] for e in left} == {"img2gray"}
+    run("cache", "rm", cache=cache, check=2)  # nothing named
+    run("cache", "rm", "not-hex", cache=cache, check=2)
+    run("cache", "rm", left[0]["key"][:8], cache=cache, check=0)
+    assert json.loads(run("cache", "ls", "--json", cache=cache, check=0).stdout) == []
 
 
 def test_verify_finds_and_fixes_a_corrupted_entry(tmp_path):
