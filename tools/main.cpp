@@ -375,9 +375,8 @@ int main(int argc, char** argv) {
   add_filter(rm);
   WhyArgs why_args;
   auto* why = cache->add_subcommand(
-    "why", "say, per launch and specialization, whether an op's kernels are in the cache and, "
-           "where not, which input of the key changed (source, header, option, arch, NVRTC, "
-           "driver)");
+    "why", "whether an op's kernels are cached, and for a miss the input of the key that "
+           "differs (source, header, option, arch, NVRTC, driver)");
   why->add_option("package", why_args.package, "a package name or folder")->required();
   why->add_option("op", why_args.op, "one op (default: every op)");
   why->add_option("--arch", why_args.arch, "archs (default: the detected GPU's, else sm_90)");
@@ -550,10 +549,12 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     // The usage of the innermost subcommand given.
     const CLI::App* used = &app;
+    std::string parents; // "kjit cache" for kjit cache rm: its usage line names the whole path
     while (!used->get_subcommands().empty()) {
+      parents += (parents.empty() ? "" : " ") + used->get_name();
       used = used->get_subcommands().front();
     }
-    std::cerr << "kjit: " << e.what() << "\n\n" << used->help() << "\n";
+    std::cerr << "kjit: " << e.what() << "\n\n" << used->help(parents) << "\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "kjit: " << e.what() << "\n";

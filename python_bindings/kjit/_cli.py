@@ -20,31 +20,65 @@ def executable() -> Path:
     return Path(__file__).resolve().parent / "bin" / "kjit"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the C++ half's help and error style (CLI11's), so that every `kjit COMMAND
+    --help` reads alike: a description, `Usage: kjit COMMAND [OPTIONS] ARGS`, then Positionals
+    and Options in two columns; a usage error is one line and exits 2."""
+
+    def format_help(self) -> str:
+        positionals = [a for a in self._actions if not a.option_strings and a.dest != "command"]
+        options = [a for a in self._actions if a.option_strings]
+
+        def row(name: str, text: str | None) -> str:
+            return f"  {name:<28}{' ' if len(name) >= 28 else ''}{text or ''}".rstrip() + "\n"
+
+        def shown(action: argparse.Action) -> str:
+            if not action.option_strings:
+                return action.dest + " TEXT"
+            names = ",".join(action.option_strings)
+            return names if action.nargs == 0 else f"{names} TEXT"
+
+        args = " ".join(a.dest if a.nargs != "?" else f"[{a.dest}]" for a in positionals)
+        text = (self.description + "\n" if self.description else "") + f"Usage: {self.prog} [OPTIONS] {args}".rstrip() + "\n"
+        if positionals:
+            text += "\nPositionals:\n" + "".join(row(shown(a), a.help) for a in positionals)
+        text += "\nOptions:\n" + "".join(
+            row(shown(a), "Print this help message and exit" if isinstance(a, argparse._HelpAction) else a.help) for a in options)
+        return text
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message}\nRun with --help for more information.\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kjit", description="kernel package distribution")
-    sub = parser.add_subparsers(dest="command", required=True)
-    fetch = sub.add_parser("fetch", help="fetch a package from a git repository into the package store")
-    fetch.add_argument("url")
+    parser = _Parser(prog="kjit", description="kernel package distribution")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def command(name: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=description, description=description)
+
+    fetch = command("fetch", "fetch a package from a git repository into the package store")
+    fetch.add_argument("url", help="the git repository (https://, ssh://, git@host:path or a local path)")
     fetch.add_argument("--version", help="a range (>=1.1,<2, ^1.2, ~=1.4, 1.1.2) or a commit hash")
-    lock = sub.add_parser("lock", help="resolve [tool.kjit.dependencies] of pyproject.toml into kjit.lock")
-    lock.add_argument("project", nargs="?", default=".")
-    sync = sub.add_parser("sync", help="fetch and verify what kjit.lock names, so load_locked works here (and offline)")
+    lock = command("lock", "resolve [tool.kjit.dependencies] of pyproject.toml into kjit.lock")
+    lock.add_argument("project", nargs="?", default=".", help="the project folder (default: here)")
+    sync = command("sync", "fetch and verify what kjit.lock names, so load_locked works here (and offline)")
     sync.add_argument("--lock", help="the lock file (default: kjit.lock here or above)")
-    bundle = sub.add_parser("bundle", help="copy the locked packages and a pre-warmed store into a folder")
-    bundle.add_argument("out")
+    bundle = command("bundle", "copy the locked packages and a pre-warmed store into a folder")
+    bundle.add_argument("out", help="the folder to write")
     bundle.add_argument("--arch", help="archs to pre-warm, e.g. sm_80,sm_90")
     bundle.add_argument("--lock", help="the lock file (default: kjit.lock here or above)")
-    wheel = sub.add_parser("wheel", help="build a py3-none-any wheel of a kernel package")
-    wheel.add_argument("package")
-    wheel.add_argument("-o", "--out", default="dist")
+    wheel = command("wheel", "build a py3-none-any wheel of a kernel package")
+    wheel.add_argument("package", help="a package name or folder")
+    wheel.add_argument("-o", "--out", default="dist", help="the folder to write the wheel to (default: dist)")
     wheel.add_argument("--arch", help="also ship a store pre-warmed for these archs")
-    versions = sub.add_parser("versions", help="the installed versions of a package")
-    versions.add_argument("name")
-    versions.add_argument("--json", action="store_true")
-    info = sub.add_parser("info", help="a package: version, ops with schemas, kernels, source hash")
-    info.add_argument("name")
-    info.add_argument("--version")
-    info.add_argument("--json", action="store_true")
+    versions = command("versions", "the installed versions of a package")
+    versions.add_argument("name", help="a package name")
+    versions.add_argument("--json", action="store_true", help="print JSON")
+    info = command("info", "a package: version, ops with schemas, kernels, source hash")
+    info.add_argument("name", help="a package name")
+    info.add_argument("--version", help="a version or range (default: the highest installed)")
+    info.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 

@@ -320,6 +320,17 @@ def test_help_names_every_command_and_the_readme_table_has_each():
         assert f"`kjit {command}" in table, f"the README's command table lacks kjit {command}"
 
 
+@pytest.mark.parametrize("command", ["warm", "check", "cache", "info", "compile", "new", "fetch", "lock", "sync", "bundle", "wheel", "versions"])
+def test_every_command_has_one_help_style_and_usage_errors_exit_2(command):
+    """The Python half's commands read as the C++ half's (CLI11's style): description, Usage
+    line with the program name, the same option column; a usage error is one line and 2."""
+    text = run(command, "--help", check=0).stdout
+    assert f"Usage: kjit {command} [OPTIONS]" in text, text
+    assert "\nOptions:\n  -h,--help                   Print this help message and exit\n" in text, text
+    if command in ("fetch", "bundle", "wheel", "versions", "compile", "new"):  # each needs an argument
+        assert "Run with --help for more information." in run(command, check=2).stderr
+
+
 def test_an_unknown_command_is_a_usage_error_naming_the_commands():
     result = run("bogus", check=2)
     assert "kjit: unknown command 'bogus'" in result.stderr and "sync" in result.stderr and "warm" in result.stderr
