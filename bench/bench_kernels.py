@@ -7,7 +7,7 @@ include every kernel a system runs for them (Liger's dweight sum, inductor's red
 system's result is checked against the float32 reference before it is timed; one that fails or
 is missing is reported, not fatal.
 
-  python3 bench/bench_kernels.py [--json FILE] [--quick]
+  python3 bench/bench_kernels.py [--json FILE] [--quick] [--ops rotary,rms_norm]
 
 Large shapes move >= 128 MB a call; mid shapes are hidden 1024-4096 at 4096 rows.
 """
@@ -69,12 +69,22 @@ def silu_mul_formula(a, b):  # a gated MLP's activation: silu(gate) * up
     return F.silu(a) * b
 
 
+def rotate_half(x):
+    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), -1)
+
+
+def rotary_formula(q, k, cos, sin):  # Hugging Face's apply_rotary_pos_emb
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
 def liger_systems():
     """Liger's autograd functions, as its modules call them (None where Liger is missing)."""
     try:
         from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
         from liger_kernel.ops.layer_norm import LigerLayerNormFunction
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        from liger_kernel.ops.rope import LigerRopeFunction
         from liger_kernel.ops.swiglu import LigerSiLUMulFunction
     except Exception as e:  # reported, and the rows go without Liger
         print(f"Liger: {type(e).__name__}: {e}", flush=True)
@@ -84,12 +94,14 @@ def liger_systems():
         "fused_add_rms_norm": lambda x, r, w: LigerFusedAddRMSNormFunction.apply(x, r, w, EPS, 0.0, "llama", False),
         "layer_norm": lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5),
         "silu_mul": lambda a, b: LigerSiLUMulFunction.apply(a, b),
+        "rotary": lambda q, k, cos, sin: LigerRopeFunction.apply(q, k, cos, sin),
     }
 
 
 def kjit_systems():
     norm = kjit.load("norm")
     activation = kjit.load("activation")
+    rotary = kjit.load("rotary")
 
     def fused(x, r, w):  # in place, as vLLM calls it; the timing loop rewrites the same buffers
         norm.fused_add_rms_norm(x, r, w, EPS)
@@ -100,18 +112,29 @@ def kjit_systems():
         "fused_add_rms_norm": fused,
         "layer_norm": lambda x, w, b: norm.layer_norm(x, w, b, 1e-5),
         "silu_mul": activation.silu_mul,
+        "rotary": rotary.apply_rotary,
     }
 
 
 FORMULAS = {"rms_norm": rms_formula, "fused_add_rms_norm": fused_add_formula,
-            "layer_norm": layer_norm_formula, "silu_mul": silu_mul_formula}
+            "layer_norm": layer_norm_formula, "silu_mul": silu_mul_formula, "rotary": rotary_formula}
 # Bytes a call must move per element of x: forward reads x and writes y; backward reads dy and
 # x and writes dx; the fused add reads x and residual and writes both.
 TRAFFIC = {("rms_norm", "forward"): 2, ("rms_norm", "backward"): 3,
            ("fused_add_rms_norm", "forward"): 4, ("layer_norm", "forward"): 2,
            ("layer_norm", "backward"): 3, ("silu_mul", "forward"): 3, ("silu_mul", "backward"): 5}
 # silu_mul: rows x hidden are the gate's (and up's) shape; forward reads both and writes one,
-# backward reads dy, a and b and writes da and db.
+# backward reads dy, a and b and writes da and db. rotary: rows are tokens (batch 8 or 2 of
+# 2048), hidden the query's heads x 128 with a quarter as many key heads, as Llama 3 has; both
+# directions read q and k (or their gradients) and cos and sin, and write two tensors of q's
+# and k's shapes.
+TRAFFIC.update({("rotary", "forward"): 0, ("rotary", "backward"): 0})  # bytes: rotary_bytes
+DIFFERENTIABLE = {"rotary": 2}  # inputs with gradients (cos and sin have none); else all
+
+
+def rotary_bytes(inputs):
+    q, k, cos, sin = inputs
+    return (2 * (q.numel() + k.numel()) + cos.numel() + sin.numel()) * q.element_size()
 
 
 def make_inputs(op, rows, hidden, dtype):
@@ -124,6 +147,16 @@ def make_inputs(op, rows, hidden, dtype):
         return [x, torch.randn(rows, hidden, device="cuda", dtype=dtype, generator=g), w]
     if op == "silu_mul":
         return [x, torch.randn(rows, hidden, device="cuda", dtype=dtype, generator=g)]
+    if op == "rotary":  # q and k as attention passes them: transposed views of the projections
+        batch, seq, dim = rows // 2048, 2048, 128
+        heads = hidden // dim
+        q = x.view(batch, seq, heads, dim).transpose(1, 2)
+        k = torch.randn(batch, seq, heads // 4 * dim, device="cuda", dtype=dtype,
+                        generator=g).view(batch, seq, heads // 4, dim).transpose(1, 2)
+        inv_freq = 1.0 / (500000.0 ** (torch.arange(0, dim, 2, device="cuda").float() / dim))
+        freqs = torch.arange(seq, device="cuda").float()[None, :, None] * inv_freq
+        emb = torch.cat((freqs, freqs), -1).expand(batch, seq, dim)
+        return [q, k, emb.cos().to(dtype).contiguous(), emb.sin().to(dtype).contiguous()]
     return [x, w, torch.randn(hidden, device="cuda", dtype=dtype, generator=g)]
 
 
@@ -136,29 +169,35 @@ def measure(op, direction, fn, inputs, reference, dtype):
     result against `reference` (the float32 formula's)."""
     tol = 2e-2 if dtype != torch.float32 else 1e-4
     if direction == "forward":
-        if op == "fused_add_rms_norm":
+        if op in ("fused_add_rms_norm", "rotary"):  # Liger's rope writes q and k in place
             fresh = [t.clone() for t in inputs]
             out = fn(*fresh)
             torch.testing.assert_close(first(out).float(), reference[0], rtol=tol, atol=tol)
             return gpu_ms(lambda args: fn(*args), fresh)
         torch.testing.assert_close(first(fn(*inputs)).float(), reference[0], rtol=tol, atol=tol)
         return gpu_ms(lambda args: fn(*args), inputs)
-    leaves = [t.detach().clone().requires_grad_() for t in inputs]
-    y = first(fn(*leaves))
-    dy = torch.randn_like(y)
-    grads = torch.autograd.grad(y, leaves, dy, retain_graph=True)
-    ref_leaves = [t.detach().float().clone().requires_grad_() for t in inputs]
-    want = torch.autograd.grad(first(FORMULAS[op](*ref_leaves)), ref_leaves, dy.float())
+    n = DIFFERENTIABLE.get(op, len(inputs))
+    leaves = [t.detach().clone().requires_grad_() for t in inputs[:n]]
+    rest = inputs[n:]
+    out = fn(*leaves, *rest)
+    outs = list(out) if op == "rotary" else [first(out)]  # both of rotary's outputs
+    dys = [torch.randn_like(o) for o in outs]
+    grads = torch.autograd.grad(outs, leaves, dys, retain_graph=True)
+    ref_leaves = [t.detach().float().clone().requires_grad_() for t in inputs[:n]]
+    ref = FORMULAS[op](*ref_leaves, *[t.float() for t in rest])
+    want = torch.autograd.grad(list(ref) if op == "rotary" else [first(ref)], ref_leaves,
+                               [d.float() for d in dys])
     for got, exp in zip(grads, want):
         scale = max(1.0, exp.abs().max().item())
         torch.testing.assert_close(got.float() / scale, exp / scale, rtol=tol * 2, atol=tol * 2)
-    return gpu_ms(lambda _: torch.autograd.grad(y, leaves, dy, retain_graph=True), None)
+    return gpu_ms(lambda _: torch.autograd.grad(outs, leaves, dys, retain_graph=True), None)
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
     parser.add_argument("--quick", action="store_true", help="one large and one mid shape")
+    parser.add_argument("--ops", help="only these ops, e.g. rotary,rms_norm")
     args = parser.parse_args()
     device = torch.cuda.get_device_name()
     print(f"device: {device}, torch {torch.__version__}, kjit {kjit.__version__}", flush=True)
@@ -170,12 +209,16 @@ def main():
               ("mid", 4096, 2048), ("mid", 4096, 4096)]
     mlp_shapes = [("large", 16384, 8192), ("large", 4096, 14336), ("mid", 4096, 2048),
                   ("mid", 4096, 4096)]  # gate/up [tokens, intermediate]
+    rotary_shapes = [("large", 16384, 4096), ("mid", 4096, 4096), ("mid", 4096, 2048)]
     if args.quick:
         shapes = [shapes[0], shapes[2]]
     rows_out = []
-    for op in ["rms_norm", "fused_add_rms_norm", "layer_norm", "silu_mul"]:
+    only = set(args.ops.split(",")) if args.ops else None
+    for op in ["rms_norm", "fused_add_rms_norm", "layer_norm", "silu_mul", "rotary"]:
+        if only and op not in only:
+            continue
         for dtype in [torch.bfloat16, torch.float32]:
-            for size, rows, hidden in (mlp_shapes if op == "silu_mul" else shapes):
+            for size, rows, hidden in {"silu_mul": mlp_shapes, "rotary": rotary_shapes}.get(op, shapes):
                 inputs = make_inputs(op, rows, hidden, dtype)
                 compiled = torch.compile(FORMULAS[op], dynamic=False)
                 systems = {"kjit": ours[op]}
@@ -188,7 +231,8 @@ def main():
                 for direction in ["forward", "backward"]:
                     if (op, direction) not in TRAFFIC:
                         continue
-                    nbytes = TRAFFIC[(op, direction)] * rows * hidden * inputs[0].element_size()
+                    nbytes = (rotary_bytes(inputs) if op == "rotary" else
+                              TRAFFIC[(op, direction)] * rows * hidden * inputs[0].element_size())
                     row = {"op": op, "direction": direction, "dtype": str(dtype)[6:], "size": size,
                            "rows": rows, "hidden": hidden, "bytes": nbytes, "ms": {}}
                     for name, fn in systems.items():

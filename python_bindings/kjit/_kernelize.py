@@ -6,7 +6,9 @@
 
 Each module whose class is mapped gets its `forward` replaced by the layer's, bound to the
 module: its parameters, hooks and state dict stay as they are, and so does every module that is
-not mapped or does not fit (said in the report, with why). The registry maps class names to a
+not mapped or does not fit (said in the report, with why). RMSNorm and gated-MLP modules take
+kjit layers; attention modules keep their own forward, with the rotary embedding it calls
+(apply_rotary_pos_emb) replaced by kjit's for that module alone. The registry maps class names to a
 "fit" function (module, mode, compile) -> (layer class or None, reason); `register_layer` adds
 to it.
 """
@@ -95,6 +97,19 @@ for _name in ("GemmaRMSNorm", "Gemma2RMSNorm"):
     register_layer(_name, layers.GemmaRMSNorm, "weight", "eps")
 for _name in ("LlamaMLP", "Qwen2MLP", "Qwen3MLP", "MistralMLP", "GemmaMLP", "Gemma2MLP"):
     register_layer(_name, _gated_mlp)
+
+
+def _attention(module, mode, compile):
+    """The attention modules of transformers' Llama family: their forward with kjit's rotary
+    embedding (layers.attention_with_rotary), where the forward calls apply_rotary_pos_emb."""
+    if layers.inspect_global(type(module).forward, "apply_rotary_pos_emb") is None:
+        return None, "its forward does not call apply_rotary_pos_emb"
+    return layers.attention_with_rotary(type(module)), ""
+
+
+for _name in ("LlamaAttention", "Qwen2Attention", "Qwen3Attention", "MistralAttention", "GemmaAttention",
+              "Gemma2Attention"):
+    register_layer(_name, _attention)
 
 
 @dataclass

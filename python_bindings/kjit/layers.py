@@ -11,6 +11,9 @@ mixed-precision set-ups), a layer runs the module's own forward (its class's) in
 result is never wrong, only not accelerated.
 """
 
+import functools
+import types
+
 import torch
 from torch import nn
 
@@ -95,3 +98,80 @@ class GeluAndMulMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _gated_mlp(self, x, "gelu_mul")
+
+
+def _rotary_fits(q, k, cos, sin, unsqueeze_dim) -> bool:
+    return (unsqueeze_dim == 1 and q.dim() == 4 and k.dim() == 4 and q.dtype in _KERNEL_DTYPES
+            and k.dtype == q.dtype and cos.dtype == q.dtype and sin.dtype == q.dtype and cos.dim() == 3
+            and sin.shape == cos.shape and q.stride(-1) == 1 and k.stride(-1) == 1 and q.numel() > 0
+            and k.shape[0] == q.shape[0] and k.shape[2:] == q.shape[2:] and cos.shape[1] == q.shape[2]
+            and cos.shape[0] in (1, q.shape[0]) and cos.shape[2] % 2 == 0 and 0 < cos.shape[2] <= q.shape[3]
+            and cos.shape[2] <= 512 and q.device == k.device == cos.device == sin.device)
+
+
+def rotary_pos_emb(fallback):
+    """Hugging Face's `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)` (NeoX style, the
+    halves of cos and sin duplicated; q and k [B, H, S, D], cos and sin [B, S, rot]) as one kjit
+    kernel for q and k, with a backward. Inputs the kernel does not take go to `fallback` (the
+    model's own function)."""
+
+    @functools.wraps(fallback)
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1, *args, **kwargs):
+        if args or kwargs or not _rotary_fits(q, k, cos, sin, unsqueeze_dim):
+            return fallback(q, k, cos, sin, unsqueeze_dim, *args, **kwargs)
+        return tuple(_package("rotary").apply_rotary(q, k, cos.contiguous(), sin.contiguous()))
+
+    return apply_rotary_pos_emb
+
+
+def _with_global(fn, name: str, value):
+    """A copy of function `fn` that sees `value` as its global `name`, through the
+    functools.wraps wrappers around it (each copied wrapper closes over the copy of what it
+    wraps). Nothing global changes: other modules of the class keep theirs."""
+    inner = getattr(fn, "__wrapped__", None)
+    closure = fn.__closure__
+    if inner is not None and closure:
+        new_inner = _with_global(inner, name, value)
+
+        def contents(cell):
+            try:
+                return cell.cell_contents
+            except ValueError:  # an empty cell
+                return None
+
+        cells = tuple(types.CellType(new_inner) if contents(c) is inner else c for c in closure)
+        globals_ = fn.__globals__
+    else:
+        cells = closure
+        globals_ = {**fn.__globals__, name: value}
+    copy = types.FunctionType(fn.__code__, globals_, fn.__name__, fn.__defaults__, cells)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__dict__.update(fn.__dict__)
+    copy.__qualname__ = fn.__qualname__
+    if inner is not None and closure:
+        copy.__wrapped__ = new_inner
+    return copy
+
+
+@functools.cache
+def attention_with_rotary(attention: type) -> type:
+    """A layer for an attention class whose forward calls its module's `apply_rotary_pos_emb`
+    (Llama, Qwen2, Qwen3, Mistral, Gemma, Gemma 2): the class's own forward, seeing kjit's
+    rotary_pos_emb there instead. The projections, the attention and the cache are the
+    module's own."""
+    forward = attention.forward
+    original = inspect_global(forward, "apply_rotary_pos_emb")
+    layer = type(f"{attention.__name__}KjitRotary", (nn.Module,), {
+        "__doc__": f"{attention.__name__}.forward with kjit's rotary embedding.",
+        "forward": _with_global(forward, "apply_rotary_pos_emb", rotary_pos_emb(original)),
+        "can_torch_compile": True,
+        "has_backward": True,
+    })
+    return layer
+
+
+def inspect_global(fn, name: str):
+    """The global `name` that the innermost function under `fn`'s wrappers reads, or None."""
+    while getattr(fn, "__wrapped__", None) is not None:
+        fn = fn.__wrapped__
+    return fn.__globals__.get(name) if name in fn.__code__.co_names else None

@@ -31,9 +31,9 @@ def tiny(family: str):
 
 
 EXPECTED = {
-    "llama": {"LlamaRMSNorm -> RMSNorm": 5, "LlamaMLP -> SiluAndMulMLP": 2},
-    "qwen2": {"Qwen2RMSNorm -> RMSNorm": 5, "Qwen2MLP -> SiluAndMulMLP": 2},
-    "gemma": {"GemmaRMSNorm -> GemmaRMSNorm": 5, "GemmaMLP -> GeluTanhAndMulMLP": 2},
+    "llama": {"LlamaRMSNorm -> RMSNorm": 5, "LlamaMLP -> SiluAndMulMLP": 2, "LlamaAttention -> LlamaAttentionKjitRotary": 2},
+    "qwen2": {"Qwen2RMSNorm -> RMSNorm": 5, "Qwen2MLP -> SiluAndMulMLP": 2, "Qwen2Attention -> Qwen2AttentionKjitRotary": 2},
+    "gemma": {"GemmaRMSNorm -> GemmaRMSNorm": 5, "GemmaMLP -> GeluTanhAndMulMLP": 2, "GemmaAttention -> GemmaAttentionKjitRotary": 2},
 }
 
 
@@ -145,3 +145,50 @@ def test_layers_follow_the_kernels_layer_contract():
         assert set(vars(layer)) - {"__module__", "__doc__", "__qualname__", "__firstlineno__",
                                    "__static_attributes__"} == {"forward", "can_torch_compile", "has_backward"}
         assert layer.can_torch_compile and layer.has_backward
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_attention_runs_kjits_rotary_and_only_in_the_kernelized_model(device, monkeypatch):
+    """The attention modules of the kernelized model call kjit's rotary kernel (once per layer
+    and forward); a model of the same class left alone still runs transformers' own."""
+    model, original = pair("llama", device, torch.float32)
+    kjit.kernelize(model.eval())
+    rotary = kjit.layers._package("rotary")
+    calls = []
+    real = rotary.apply_rotary
+    monkeypatch.setattr(rotary, "apply_rotary", lambda *a: calls.append(a[0].shape) or real(*a))
+    ids = torch.randint(0, 128, (2, 12), device=device)
+    with torch.no_grad():
+        got = model(ids).logits
+        assert len(calls) == 2 and calls[0] == (2, 4, 12, 16)
+        want = original.eval()(ids).logits
+    assert len(calls) == 2
+    torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-4)
+    # float64 has no kernel: the model's own rotary runs, and the result still matches
+    with torch.no_grad():
+        torch.testing.assert_close(model.double()(ids).logits, original.double()(ids).logits)
+    assert len(calls) == 2
+
+
+def test_rebinding_a_global_goes_through_wrappers_and_changes_nothing_else():
+    import functools
+
+    def helper():
+        return "original"
+
+    def decorate(f):
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            return "wrapped " + f(*args, **kwargs)
+
+        return wrapper
+
+    namespace = {"helper": helper, "functools": functools}
+    exec("def uses():\n    return helper()\n", namespace)
+    wrapped = decorate(decorate(namespace["uses"]))
+    copy = kjit.layers._with_global(wrapped, "helper", lambda: "kjit")
+    assert copy() == "wrapped wrapped kjit"
+    assert wrapped() == "wrapped wrapped original"
+    assert kjit.layers.inspect_global(wrapped, "helper") is helper
+    assert kjit.layers.inspect_global(wrapped, "nothing") is None
+

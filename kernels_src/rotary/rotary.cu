@@ -1,0 +1,178 @@
+// Rotary position embeddings (RoPE) for T = float, __half or __nv_bfloat16, float32 arithmetic.
+//
+// A head of size D rotates its first `rot` dims (rot <= D, even: partial rotary) as rot/2 pairs
+// (x1, x2) by angles whose cosines and sines the caller gives:
+//   NeoX style (Llama, Qwen, Mistral, Gemma): pair i is (x[i], x[i + rot/2]);
+//   GPT-J style: pair i is (x[2i], x[2i + 1]).
+//   y1 = x1 * c1 - x2 * s1,  y2 = x2 * c2 + x1 * s2
+// (c1 = c2 and s1 = s2 where the caller duplicates the halves, as Hugging Face's cos and sin do).
+// The backward of that linear map: dx1 = dy1 * c1 + dy2 * s2, dx2 = dy2 * c2 - dy1 * s1.
+//
+// One block per token: its cosines and sines are staged in shared memory once, then the block's
+// threads take (head, group of VEC pairs) units of every head of q and k. VEC pairs are read as
+// vectors (16 bytes where the manifest finds pointers, strides and rot/2 aligned, else one
+// element).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace {
+
+constexpr int k_max_half = 256; // rot / 2 at most (head sizes up to 512)
+
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Vec {
+  T v[VEC];
+};
+
+template <typename T, int VEC>
+__device__ __forceinline__ void load(float* dst, const T* p) {
+  const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(p);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    dst[j] = static_cast<float>(v.v[j]);
+  }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void store(T* p, const float* src) {
+  Vec<T, VEC> v;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    v.v[j] = T(src[j]);
+  }
+  *reinterpret_cast<Vec<T, VEC>*>(p) = v;
+}
+
+// Rotates VEC NeoX pairs: x1 at `in`, x2 at `in + half`, cosines and sines from index `i` of the
+// staged halves (c1, s1 at i; c2, s2 at i + half).
+template <typename T, int VEC, bool BACKWARD>
+__device__ __forceinline__ void rotate_neox(T* out, const T* in, int i, int half, const float* cos,
+                                            const float* sin) {
+  float x1[VEC];
+  float x2[VEC];
+  load<T, VEC>(x1, in + i);
+  load<T, VEC>(x2, in + i + half);
+  float y1[VEC];
+  float y2[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    const float c1 = cos[i + j], c2 = cos[half + i + j];
+    const float s1 = sin[i + j], s2 = sin[half + i + j];
+    y1[j] = BACKWARD ? x1[j] * c1 + x2[j] * s2 : x1[j] * c1 - x2[j] * s1;
+    y2[j] = BACKWARD ? x2[j] * c2 - x1[j] * s1 : x2[j] * c2 + x1[j] * s2;
+  }
+  store<T, VEC>(out + i, y1);
+  store<T, VEC>(out + i + half, y2);
+}
+
+// Rotates VEC GPT-J pairs: the 2 VEC elements from `in + 2 i`, pair p = (e[2p], e[2p + 1]), with
+// angles i + p.
+template <typename T, int VEC>
+__device__ __forceinline__ void rotate_gptj(T* out, const T* in, int i, const float* cos,
+                                            const float* sin) {
+  float e[2 * VEC];
+  load<T, VEC>(e, in + 2 * i);
+  load<T, VEC>(e + VEC, in + 2 * i + VEC);
+#pragma unroll
+  for (int p = 0; p < VEC; ++p) {
+    const float x1 = e[2 * p];
+    const float x2 = e[2 * p + 1];
+    const float c = cos[i + p];
+    const float s = sin[i + p];
+    e[2 * p] = x1 * c - x2 * s;
+    e[2 * p + 1] = x2 * c + x1 * s;
+  }
+  store<T, VEC>(out + 2 * i, e);
+  store<T, VEC>(out + 2 * i + VEC, e + VEC);
+}
+
+} // namespace
+
+// vLLM's rotary_embedding, in place: query [tokens, q_heads * head_size] (token stride
+// q_stride), key likewise or null; cache [max_position, rot] holds rot/2 cosines then rot/2
+// sines per position (C: its dtype); positions [tokens] index it.
+template <typename T, typename C, int VEC>
+__global__ void rotary_embedding_kernel(const long long* __restrict__ positions, T* query, T* key,
+                                        const C* __restrict__ cache, long long max_position,
+                                        int rot, int head_size, int q_heads, int k_heads,
+                                        long long q_stride, long long k_stride, bool neox) {
+  __shared__ float cosv[2 * k_max_half];
+  __shared__ float sinv[2 * k_max_half];
+  const long long token = blockIdx.x;
+  const long long position = positions[token];
+  if (position < 0 || position >= max_position) {
+    return; // outside the cache: left as it is
+  }
+  const int half = rot / 2;
+  const C* row = cache + position * rot;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float c = static_cast<float>(row[i]);
+    const float s = static_cast<float>(row[half + i]);
+    cosv[i] = c;
+    cosv[half + i] = c;
+    sinv[i] = s;
+    sinv[half + i] = s;
+  }
+  __syncthreads();
+  const int groups = half / VEC;
+  const int heads = q_heads + (key != nullptr ? k_heads : 0);
+  for (int u = threadIdx.x; u < heads * groups; u += blockDim.x) {
+    const int h = u / groups;
+    const int i = (u % groups) * VEC;
+    T* x = h < q_heads ? query + token * q_stride + h * head_size
+                       : key + token * k_stride + (h - q_heads) * head_size;
+    if (neox) {
+      rotate_neox<T, VEC, false>(x, x, i, half, cosv, sinv);
+    } else {
+      rotate_gptj<T, VEC>(x, x, i, cosv, sinv);
+    }
+  }
+}
+
+// Hugging Face's apply_rotary_pos_emb (NeoX style), out of place: q [B, Hq, S, D] and k
+// [B, Hk, S, D] with any strides but a unit last one (qs, ks: batch, head, seq strides), cos and
+// sin [cos_batched ? B : 1, S, rot] contiguous; the outputs are contiguous [B, H, S, D], dims past
+// rot copied. BACKWARD: the gradients of the same map (q, k: the outputs' gradients).
+template <typename T, int VEC, bool BACKWARD>
+__global__ void apply_rotary_kernel(T* __restrict__ q_out, T* __restrict__ k_out,
+                                    const T* __restrict__ q, const T* __restrict__ k,
+                                    const T* __restrict__ cos_in, const T* __restrict__ sin_in,
+                                    int q_heads, int k_heads, int seq, int dim, int rot,
+                                    long long qs0, long long qs1, long long qs2, long long ks0,
+                                    long long ks1, long long ks2, bool cos_batched) {
+  __shared__ float cosv[2 * k_max_half];
+  __shared__ float sinv[2 * k_max_half];
+  const int b = blockIdx.x / seq;
+  const int s = blockIdx.x % seq;
+  const long long cs = (static_cast<long long>(cos_batched ? b : 0) * seq + s) * rot;
+  for (int i = threadIdx.x; i < rot; i += blockDim.x) {
+    cosv[i] = static_cast<float>(cos_in[cs + i]);
+    sinv[i] = static_cast<float>(sin_in[cs + i]);
+  }
+  __syncthreads();
+  const int half = rot / 2;
+  const int groups = half / VEC;
+  const int heads = q_heads + k_heads;
+  for (int u = threadIdx.x; u < heads * groups; u += blockDim.x) {
+    const int h = u / groups;
+    const int i = (u % groups) * VEC;
+    const bool is_q = h < q_heads;
+    const int hh = is_q ? h : h - q_heads;
+    const T* in = is_q ? q + b * qs0 + hh * qs1 + s * qs2 : k + b * ks0 + hh * ks1 + s * ks2;
+    T* out = (is_q ? q_out : k_out) +
+             ((static_cast<long long>(b) * (is_q ? q_heads : k_heads) + hh) * seq + s) * dim;
+    rotate_neox<T, VEC, BACKWARD>(out, in, i, half, cosv, sinv);
+  }
+  // Partial rotary: the dims past rot are copied (their gradient passes through).
+  const int rest = dim - rot;
+  for (int u = threadIdx.x; rest > 0 && u < heads * rest; u += blockDim.x) {
+    const int h = u / rest;
+    const int d = rot + u % rest;
+    const bool is_q = h < q_heads;
+    const int hh = is_q ? h : h - q_heads;
+    const T* in = is_q ? q + b * qs0 + hh * qs1 + s * qs2 : k + b * ks0 + hh * ks1 + s * ks2;
+    T* out = (is_q ? q_out : k_out) +
+             ((static_cast<long long>(b) * (is_q ? q_heads : k_heads) + hh) * seq + s) * dim;
+    out[d] = in[d];
+  }
+}
