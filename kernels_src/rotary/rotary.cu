@@ -43,8 +43,22 @@ __device__ __forceinline__ void store(T* p, const float* src) {
   *reinterpret_cast<Vec<T, VEC>*>(p) = v;
 }
 
-// Rotates VEC NeoX pairs: x1 at `in`, x2 at `in + half`, cosines and sines from index `i` of the
-// staged halves (c1, s1 at i; c2, s2 at i + half).
+// y1 = x1 c1 - x2 s1, y2 = x2 c2 + x1 s2 over VEC pairs, in place (BACKWARD: the transposed map,
+// dx1 = dy1 c1 + dy2 s2, dx2 = dy2 c2 - dy1 s1).
+template <int VEC, bool BACKWARD>
+__device__ __forceinline__ void rotate_pairs(float* x1, float* x2, const float* c1, const float* c2,
+                                             const float* s1, const float* s2) {
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    const float a = x1[j];
+    const float b = x2[j];
+    x1[j] = BACKWARD ? a * c1[j] + b * s2[j] : a * c1[j] - b * s1[j];
+    x2[j] = BACKWARD ? b * c2[j] - a * s1[j] : b * c2[j] + a * s2[j];
+  }
+}
+
+// Rotates VEC NeoX pairs: x1 at `in + i`, x2 at `in + i + half`; c1, s1 from index i of `cos`
+// and `sin`, c2, s2 from i + half (staged float32 values).
 template <typename T, int VEC, bool BACKWARD>
 __device__ __forceinline__ void rotate_neox(T* out, const T* in, int i, int half, const float* cos,
                                             const float* sin) {
@@ -52,17 +66,9 @@ __device__ __forceinline__ void rotate_neox(T* out, const T* in, int i, int half
   float x2[VEC];
   load<T, VEC>(x1, in + i);
   load<T, VEC>(x2, in + i + half);
-  float y1[VEC];
-  float y2[VEC];
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) {
-    const float c1 = cos[i + j], c2 = cos[half + i + j];
-    const float s1 = sin[i + j], s2 = sin[half + i + j];
-    y1[j] = BACKWARD ? x1[j] * c1 + x2[j] * s2 : x1[j] * c1 - x2[j] * s1;
-    y2[j] = BACKWARD ? x2[j] * c2 - x1[j] * s1 : x2[j] * c2 + x1[j] * s2;
-  }
-  store<T, VEC>(out + i, y1);
-  store<T, VEC>(out + i + half, y2);
+  rotate_pairs<VEC, BACKWARD>(x1, x2, cos + i, cos + half + i, sin + i, sin + half + i);
+  store<T, VEC>(out + i, x1);
+  store<T, VEC>(out + i + half, x2);
 }
 
 // Rotates VEC GPT-J pairs: the 2 VEC elements from `in + 2 i`, pair p = (e[2p], e[2p + 1]), with
@@ -174,5 +180,63 @@ __global__ void apply_rotary_kernel(T* __restrict__ q_out, T* __restrict__ k_out
     T* out = (is_q ? q_out : k_out) +
              ((static_cast<long long>(b) * (is_q ? q_heads : k_heads) + hh) * seq + s) * dim;
     out[d] = in[d];
+  }
+}
+
+// The same map as apply_rotary_kernel, scheduled for inputs whose positions of a head are
+// adjacent ([B, H, S, D] contiguous, as the gradients are): block (x, y) takes ROWS positions
+// from x * ROWS of head y % (Hq + Hk) of batch y / (Hq + Hk), so it reads and writes runs of
+// ROWS x D elements; cosines and sines are read per position as vectors (from L2: all heads read
+// the same ones).
+template <typename T, int VEC, bool BACKWARD>
+__global__ void apply_rotary_rows_kernel(T* __restrict__ q_out, T* __restrict__ k_out,
+                                         const T* __restrict__ q, const T* __restrict__ k,
+                                         const T* __restrict__ cos_in, const T* __restrict__ sin_in,
+                                         int q_heads, int k_heads, int seq, int dim, int rot,
+                                         long long qs0, long long qs1, long long qs2, long long ks0,
+                                         long long ks1, long long ks2, bool cos_batched) {
+  constexpr int k_rows = 16;
+  const int heads = q_heads + k_heads;
+  const int b = blockIdx.y / heads;
+  const int h = blockIdx.y % heads;
+  const bool is_q = h < q_heads;
+  const int hh = is_q ? h : h - q_heads;
+  const T* in = is_q ? q + b * qs0 + hh * qs1 : k + b * ks0 + hh * ks1;
+  const long long in_stride = is_q ? qs2 : ks2;
+  T* out = (is_q ? q_out : k_out) +
+           (static_cast<long long>(b) * (is_q ? q_heads : k_heads) + hh) * seq * dim;
+  const T* cos_b = cos_in + static_cast<long long>(cos_batched ? b : 0) * seq * rot;
+  const T* sin_b = sin_in + static_cast<long long>(cos_batched ? b : 0) * seq * rot;
+  const int half = rot / 2;
+  const int groups = half / VEC;
+  const int s0 = blockIdx.x * k_rows;
+  for (int u = threadIdx.x; u < k_rows * groups; u += blockDim.x) {
+    const int s = s0 + u / groups;
+    if (s >= seq) {
+      break;
+    }
+    const int i = (u % groups) * VEC;
+    float x1[VEC], x2[VEC], c1[VEC], c2[VEC], s1[VEC], s2[VEC];
+    const T* row = in + s * in_stride;
+    const long long cs = static_cast<long long>(s) * rot;
+    load<T, VEC>(x1, row + i);
+    load<T, VEC>(x2, row + i + half);
+    load<T, VEC>(c1, cos_b + cs + i);
+    load<T, VEC>(c2, cos_b + cs + half + i);
+    load<T, VEC>(s1, sin_b + cs + i);
+    load<T, VEC>(s2, sin_b + cs + half + i);
+    rotate_pairs<VEC, BACKWARD>(x1, x2, c1, c2, s1, s2);
+    T* o = out + static_cast<long long>(s) * dim;
+    store<T, VEC>(o + i, x1);
+    store<T, VEC>(o + i + half, x2);
+  }
+  const int rest = dim - rot;
+  for (int u = threadIdx.x; rest > 0 && u < k_rows * rest; u += blockDim.x) {
+    const int s = s0 + u / rest;
+    if (s >= seq) {
+      break;
+    }
+    const int d = rot + u % rest;
+    out[static_cast<long long>(s) * dim + d] = in[s * in_stride + d];
   }
 }

@@ -119,9 +119,12 @@ HF_CASES = [(2, 4, 2, 7, 64, 64), (1, 8, 8, 16, 128, 128), (2, 2, 1, 5, 256, 256
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("batch,q_heads,kv_heads,seq,head_size,rot", HF_CASES)
-def test_apply_rotary_forward_and_backward(rotary, device, dtype, batch, q_heads, kv_heads, seq, head_size, rot):
+@pytest.mark.parametrize("batch,q_heads,kv_heads,seq,head_size,rot", HF_CASES + [(1, 2, 1, 37, 64, 64)])
+@pytest.mark.parametrize("layout", ["projection", "contiguous"])  # the two launches' schedules
+def test_apply_rotary_forward_and_backward(rotary, device, dtype, batch, q_heads, kv_heads, seq, head_size, rot, layout):
     q, k, cos, sin = hf_inputs(batch, q_heads, kv_heads, seq, head_size, rot, dtype, device, batched_cos=batch > 1)
+    if layout == "contiguous":
+        q, k = q.contiguous(), k.contiguous()
     q_out, k_out = rotary.apply_rotary(q, k, cos, sin)
     q_ref, k_ref = reference_apply(q.float(), k.float(), cos.float(), sin.float())
     close(q_out, q_ref.to(dtype), dtype)
