@@ -78,13 +78,23 @@ def rotary_formula(q, k, cos, sin):  # Hugging Face's apply_rotary_pos_emb
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
+def softmax_formula(x):
+    return torch.softmax(x, -1)
+
+
+def cross_entropy_formula(logits, target):  # as transformers' loss: upcast, then mean
+    return F.cross_entropy(logits.float(), target, ignore_index=-100)
+
+
 def liger_systems():
     """Liger's autograd functions, as its modules call them (None where Liger is missing)."""
     try:
         from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
         from liger_kernel.ops.layer_norm import LigerLayerNormFunction
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
         from liger_kernel.ops.rope import LigerRopeFunction
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
         from liger_kernel.ops.swiglu import LigerSiLUMulFunction
     except Exception as e:  # reported, and the rows go without Liger
         print(f"Liger: {type(e).__name__}: {e}", flush=True)
@@ -95,6 +105,9 @@ def liger_systems():
         "layer_norm": lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5),
         "silu_mul": lambda a, b: LigerSiLUMulFunction.apply(a, b),
         "rotary": lambda q, k, cos, sin: LigerRopeFunction.apply(q, k, cos, sin),
+        "softmax": lambda x: LigerSoftmaxFunction.apply(x),
+        "cross_entropy": lambda x, t: LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "mean",
+                                                                     None, False, False, False)[0],
     }
 
 
@@ -102,6 +115,7 @@ def kjit_systems():
     norm = kjit.load("norm")
     activation = kjit.load("activation")
     rotary = kjit.load("rotary")
+    softmax = kjit.load("softmax")
 
     def fused(x, r, w):  # in place, as vLLM calls it; the timing loop rewrites the same buffers
         norm.fused_add_rms_norm(x, r, w, EPS)
@@ -113,11 +127,14 @@ def kjit_systems():
         "layer_norm": lambda x, w, b: norm.layer_norm(x, w, b, 1e-5),
         "silu_mul": activation.silu_mul,
         "rotary": rotary.apply_rotary,
+        "softmax": softmax.softmax,
+        "cross_entropy": softmax.cross_entropy,
     }
 
 
 FORMULAS = {"rms_norm": rms_formula, "fused_add_rms_norm": fused_add_formula,
-            "layer_norm": layer_norm_formula, "silu_mul": silu_mul_formula, "rotary": rotary_formula}
+            "layer_norm": layer_norm_formula, "silu_mul": silu_mul_formula, "rotary": rotary_formula,
+            "softmax": softmax_formula, "cross_entropy": cross_entropy_formula}
 # Bytes a call must move per element of x: forward reads x and writes y; backward reads dy and
 # x and writes dx; the fused add reads x and residual and writes both.
 TRAFFIC = {("rms_norm", "forward"): 2, ("rms_norm", "backward"): 3,
@@ -129,7 +146,12 @@ TRAFFIC = {("rms_norm", "forward"): 2, ("rms_norm", "backward"): 3,
 # directions read q and k (or their gradients) and cos and sin, and write two tensors of q's
 # and k's shapes.
 TRAFFIC.update({("rotary", "forward"): 0, ("rotary", "backward"): 0})  # bytes: rotary_bytes
-DIFFERENTIABLE = {"rotary": 2}  # inputs with gradients (cos and sin have none); else all
+TRAFFIC.update({("softmax", "forward"): 2, ("softmax", "backward"): 3,
+                ("cross_entropy", "forward"): 1, ("cross_entropy", "backward"): 2})
+# cross_entropy: rows x vocab logits; the forward reads them once, the backward reads them and
+# writes their gradient. Liger computes that gradient in its forward (into the logits' buffer),
+# so its forward does the backward's work too and its backward only scales.
+DIFFERENTIABLE = {"rotary": 2, "cross_entropy": 1}  # inputs with gradients; else all
 
 
 def rotary_bytes(inputs):
@@ -147,6 +169,12 @@ def make_inputs(op, rows, hidden, dtype):
         return [x, torch.randn(rows, hidden, device="cuda", dtype=dtype, generator=g), w]
     if op == "silu_mul":
         return [x, torch.randn(rows, hidden, device="cuda", dtype=dtype, generator=g)]
+    if op == "softmax":
+        return [x * 3]
+    if op == "cross_entropy":
+        target = torch.randint(0, hidden, (rows,), device="cuda", generator=g)
+        target[::7] = -100
+        return [x * 2, target]
     if op == "rotary":  # q and k as attention passes them: transposed views of the projections
         batch, seq, dim = rows // 2048, 2048, 128
         heads = hidden // dim
@@ -169,7 +197,7 @@ def measure(op, direction, fn, inputs, reference, dtype):
     result against `reference` (the float32 formula's)."""
     tol = 2e-2 if dtype != torch.float32 else 1e-4
     if direction == "forward":
-        if op in ("fused_add_rms_norm", "rotary"):  # Liger's rope writes q and k in place
+        if op in ("fused_add_rms_norm", "rotary", "cross_entropy"):  # Liger's rope and cross-entropy write their inputs
             fresh = [t.clone() for t in inputs]
             out = fn(*fresh)
             torch.testing.assert_close(first(out).float(), reference[0], rtol=tol, atol=tol)
@@ -183,7 +211,7 @@ def measure(op, direction, fn, inputs, reference, dtype):
     outs = list(out) if op == "rotary" else [first(out)]  # both of rotary's outputs
     dys = [torch.randn_like(o) for o in outs]
     ref_leaves = [t.detach().float().clone().requires_grad_() for t in inputs[:n]]
-    ref = FORMULAS[op](*ref_leaves, *[t.float() for t in rest])
+    ref = FORMULAS[op](*ref_leaves, *[t.float() if t.is_floating_point() else t for t in rest])
     want = torch.autograd.grad(list(ref) if op == "rotary" else [first(ref)], ref_leaves,
                                [d.float() for d in dys])
     # On copies of the output gradients: Liger's rope backward rotates them in place.
@@ -211,15 +239,20 @@ def main():
     mlp_shapes = [("large", 16384, 8192), ("large", 4096, 14336), ("mid", 4096, 2048),
                   ("mid", 4096, 4096)]  # gate/up [tokens, intermediate]
     rotary_shapes = [("large", 16384, 4096), ("mid", 4096, 4096), ("mid", 4096, 2048)]
+    ce_shapes = [("large", 4096, 128256), ("large", 2048, 151936), ("mid", 4096, 32000)]
+    softmax_shapes = [("large", 16384, 4096), ("large", 1024, 128256), ("mid", 4096, 1024),
+                      ("mid", 4096, 4096)]
     if args.quick:
         shapes = [shapes[0], shapes[2]]
     rows_out = []
     only = set(args.ops.split(",")) if args.ops else None
-    for op in ["rms_norm", "fused_add_rms_norm", "layer_norm", "silu_mul", "rotary"]:
+    for op in ["rms_norm", "fused_add_rms_norm", "layer_norm", "silu_mul", "rotary", "softmax", "cross_entropy"]:
         if only and op not in only:
             continue
         for dtype in [torch.bfloat16, torch.float32]:
-            for size, rows, hidden in {"silu_mul": mlp_shapes, "rotary": rotary_shapes}.get(op, shapes):
+            shapes_of = {"silu_mul": mlp_shapes, "rotary": rotary_shapes, "softmax": softmax_shapes,
+                         "cross_entropy": ce_shapes}
+            for size, rows, hidden in shapes_of.get(op, shapes):
                 inputs = make_inputs(op, rows, hidden, dtype)
                 compiled = torch.compile(FORMULAS[op], dynamic=False)
                 systems = {"kjit": ours[op]}
@@ -228,7 +261,7 @@ def main():
                 systems["torch.compile"] = compiled
                 systems["kjit under torch.compile"] = torch.compile(ours[op], dynamic=False)
                 systems["torch eager"] = FORMULAS[op]
-                ref_forward = [first(FORMULAS[op](*[i.float() for i in inputs]))]
+                ref_forward = [first(FORMULAS[op](*[i.float() if i.is_floating_point() else i for i in inputs]))]
                 for direction in ["forward", "backward"]:
                     if (op, direction) not in TRAFFIC:
                         continue

@@ -47,8 +47,9 @@ struct KernelDecl {
 };
 
 struct OutputDecl {
-  std::vector<std::string> shape;                         // size expressions, or empty with `like`
-  std::string like;                                       // a tensor argument whose shape to copy
+  std::vector<std::string> shape; // size expressions, or empty with `like`
+  bool has_shape = false;         // `shape` given (`shape = []`: a 0-dim tensor, e.g. a loss)
+  std::string like;               // a tensor argument whose shape to copy
   std::vector<std::pair<std::int64_t, std::string>> dims; // with `like`: dims replaced
   std::string dtype;                                      // a dtype expression; default like's
   bool hidden = false; // made and saved for the backward, not returned (after the returned ones)

@@ -43,6 +43,7 @@ OutputDecl read_output_decl(const ManifestReader& reader, const toml::node& node
   reader.check_keys(*t, out_where, {"shape", "like", "dims", "dtype", "hidden"});
   OutputDecl out;
   out.shape = reader.list(*t, "shape", out_where, true);
+  out.has_shape = t->contains("shape");
   out.like = reader.string(*t, "like", out_where, false);
   out.dtype = reader.string(*t, "dtype", out_where, false);
   if (const toml::node* hidden = t->get("hidden")) {
@@ -401,7 +402,7 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
     const toml::node* node = r.node_of("outputs");
     OutputSpec output;
     output.hidden = out.hidden;
-    if (out.like.empty() == out.shape.empty()) {
+    if (out.like.empty() != out.has_shape) {
       reader.fail(out_where, node, "give either 'shape' or 'like'");
     }
     if (!out.like.empty()) {

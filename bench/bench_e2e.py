@@ -1,0 +1,141 @@
+"""End to end on one GPU: a Llama-style model of about 1B parameters (hidden 2048, 16 layers, 32
+query and 8 key-value heads, intermediate 8192, vocabulary 128256; random weights from a config,
+nothing downloaded), bfloat16, batch x sequence = 8 x 2048, in one process:
+
+  forward        tokens/s of model(ids) under torch.no_grad (logits included)
+  training step  tokens/s of forward with labels (transformers' own loss), backward and an SGD
+                 step
+
+for torch eager (transformers' modules as they are), kjit.kernelize (mode "inference" and
+"training": RMSNorm, gated MLP and rotary on kjit kernels) and Liger's patched model
+(apply_liger_kernel_to_llama on the instance: RMSNorm, SwiGLU, RoPE, and for training its fused
+linear cross-entropy, as Liger applies it by default), each the same weights. The same logits
+(forward) and loss (training) are checked across systems before timing; time is the median of
+timed repeats after warm-up, synchronized.
+
+  python3 bench/bench_e2e.py [--json FILE] [--layers N] [--batch B] [--seq S]
+"""
+
+import argparse
+import copy
+import datetime
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import kjit
+
+
+def config(layers):
+    import transformers
+
+    return transformers.LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+                                    num_hidden_layers=layers, num_attention_heads=32,
+                                    num_key_value_heads=8, max_position_embeddings=8192,
+                                    rope_theta=500000.0, attn_implementation="sdpa")
+
+
+def timed(fn, warmup=2, repeats=5):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def liger(model, training):
+    from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+    apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                fused_linear_cross_entropy=training, model=model)
+    return model
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json")
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=2048)
+    args = parser.parse_args()
+    import transformers
+
+    device = torch.cuda.get_device_name()
+    print(f"device: {device}, torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"kjit {kjit.__version__}", flush=True)
+    torch.manual_seed(0)
+    base = transformers.LlamaForCausalLM(config(args.layers)).to("cuda", torch.bfloat16)
+    params = sum(p.numel() for p in base.parameters())
+    tokens = args.batch * args.seq
+    ids = torch.randint(0, 128256, (args.batch, args.seq), device="cuda")
+    print(f"{params / 1e9:.2f}B parameters, {tokens} tokens a step", flush=True)
+    results = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__,
+               "date": datetime.date.today().isoformat(), "params": params, "tokens": tokens,
+               "forward": {}, "training": {}, "errors": {}}
+    reference = {}
+    # Eager first: Liger patches modules in place, and kernelize too (per instance).
+    for name in ["torch eager", "kjit", "Liger"]:
+        for phase in ["forward", "training"]:
+            model = copy.deepcopy(base)
+            try:
+                if name == "kjit":
+                    kjit.kernelize(model, mode="training" if phase == "training" else "inference")
+                elif name == "Liger":
+                    liger(model, phase == "training")
+                if phase == "forward":
+                    model.eval()
+
+                    def step():
+                        with torch.no_grad():
+                            return model(ids).logits
+
+                    out = step()
+                    if "forward" in reference:
+                        torch.testing.assert_close(out.float(), reference["forward"], rtol=0.1, atol=0.1)
+                    else:
+                        reference["forward"] = out.float()
+                    del out
+                else:
+                    model.train()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=1e-5)
+
+                    def step():
+                        optimizer.zero_grad(set_to_none=True)
+                        loss = model(ids, labels=ids).loss
+                        loss.backward()
+                        optimizer.step()
+                        return loss.detach()
+
+                    loss = step().float()
+                    if "training" in reference:
+                        torch.testing.assert_close(loss, reference["training"], rtol=2e-2, atol=2e-2)
+                    else:
+                        reference["training"] = loss
+                seconds = timed(step, repeats=5 if phase == "forward" else 3)
+                results[phase][name] = tokens / seconds
+                print(f"{phase} {name}: {tokens / seconds:,.0f} tokens/s ({seconds * 1e3:.1f} ms)", flush=True)
+            except Exception as e:  # a system that fails is reported, not fatal
+                results["errors"][f"{phase} {name}"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                print(f"{phase} {name}: {results['errors'][f'{phase} {name}']}", flush=True)
+            del model
+            torch.cuda.empty_cache()
+            if args.json:
+                Path(args.json).write_text(json.dumps(results, indent=1))
+    for phase in ["forward", "training"]:
+        got = results[phase]
+        if "torch eager" in got:
+            ratios = ", ".join(f"{k} {v / got['torch eager']:.3f}x" for k, v in got.items())
+            print(f"{phase} vs eager: {ratios}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+// Softmax over the last dim (forward, backward) and cross-entropy over large vocabularies
+// (forward, backward) for T = float, __half or __nv_bfloat16, float32 arithmetic.
+//
+// One block of BLOCK threads per row of n elements, read as vectors of VEC elements (16 bytes
+// where the row and pointer are aligned, else 1). The row's maximum and sum of exponentials are
+// found in one pass (online: a new maximum rescales the running sum), per thread then across
+// the block.
+//
+// softmax: a second pass writes exp(x - max) / sum (its reads mostly from L2: the block read
+// that row just before). backward: dx = y * (dy - sum(dy * y)), two passes likewise.
+//
+// cross-entropy: the forward reads each row once and keeps per row lse = log(sum(exp(x))) (a
+// hidden output the backward uses) and loss = lse - (1 - eps) x[t] - eps / n sum(x) (eps: label
+// smoothing, t: the target), 0 for rows whose target is ignore_index, NaN for a target outside
+// [0, n); a second launch sums the rows (and counts those not ignored, for the mean). The
+// backward writes (exp(x - lse) - eps / n - (1 - eps) [j == t]) * grad / count without ever
+// holding a softmax in the input dtype.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace {
+
+__device__ __forceinline__ float neg_inf() {
+  return __int_as_float(0xff800000);
+}
+
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Vec {
+  T v[VEC];
+};
+
+template <typename T, int VEC>
+__device__ __forceinline__ void load(float (&dst)[VEC], const T* p) {
+  const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(p);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    dst[j] = static_cast<float>(v.v[j]);
+  }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void store(T* p, const float (&src)[VEC]) {
+  Vec<T, VEC> v;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    v.v[j] = T(src[j]);
+  }
+  *reinterpret_cast<Vec<T, VEC>*>(p) = v;
+}
+
+// (max, sum of exp(x - max)) of two parts.
+__device__ __forceinline__ float2 merge(float2 a, float2 b) {
+  const float m = fmaxf(a.x, b.x);
+  if (m == neg_inf()) {
+    return make_float2(m, 0.f);
+  }
+  return make_float2(m, a.y * __expf(a.x - m) + b.y * __expf(b.x - m));
+}
+
+// The (max, sum) of the block; `shared` holds 32 float2. BLOCK a multiple of 32.
+template <int BLOCK>
+__device__ __forceinline__ float2 block_max_sum(float2 v, float2* shared) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float2 other;
+    other.x = __shfl_xor_sync(0xffffffffu, v.x, o);
+    other.y = __shfl_xor_sync(0xffffffffu, v.y, o);
+    v = merge(v, other);
+  }
+  if constexpr (BLOCK > 32) {
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) {
+      shared[threadIdx.x / 32] = v;
+    }
+    __syncthreads();
+    v = threadIdx.x % 32 < BLOCK / 32 ? shared[threadIdx.x % 32] : make_float2(neg_inf(), 0.f);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      float2 other;
+      other.x = __shfl_xor_sync(0xffffffffu, v.x, o);
+      other.y = __shfl_xor_sync(0xffffffffu, v.y, o);
+      v = merge(v, other);
+    }
+  }
+  return v;
+}
+
+// The sums over the block of a and b; `shared` holds 32 float2.
+template <int BLOCK>
+__device__ __forceinline__ float2 block_sum2(float a, float b, float2* shared) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
+  if constexpr (BLOCK > 32) {
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) {
+      shared[threadIdx.x / 32] = make_float2(a, b);
+    }
+    __syncthreads();
+    const float2 s =
+      threadIdx.x % 32 < BLOCK / 32 ? shared[threadIdx.x % 32] : make_float2(0.f, 0.f);
+    a = s.x;
+    b = s.y;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      a += __shfl_xor_sync(0xffffffffu, a, o);
+      b += __shfl_xor_sync(0xffffffffu, b, o);
+    }
+  }
+  return make_float2(a, b);
+}
+
+// This thread's (max, sum) of its vectors of row x (n / VEC of them).
+template <typename T, int BLOCK, int VEC>
+__device__ __forceinline__ float2 thread_max_sum(const T* __restrict__ x, long long n) {
+  float2 acc = make_float2(neg_inf(), 0.f);
+  for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
+    float v[VEC];
+    load<T, VEC>(v, x + i * VEC);
+    float m = v[0];
+#pragma unroll
+    for (int j = 1; j < VEC; ++j) {
+      m = fmaxf(m, v[j]);
+    }
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      s += __expf(v[j] - m);
+    }
+    acc = merge(acc, make_float2(m, s));
+  }
+  return acc;
+}
+
+} // namespace
+
+template <typename T, int BLOCK, int VEC>
+__global__ void __launch_bounds__(BLOCK)
+  softmax_kernel(T* __restrict__ y, const T* __restrict__ x, long long n) {
+  __shared__ float2 shared[32];
+  const long long row = blockIdx.x;
+  x += row * n;
+  y += row * n;
+  const float2 ms = block_max_sum<BLOCK>(thread_max_sum<T, BLOCK, VEC>(x, n), shared);
+  const float inv = 1.f / ms.y;
+  for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
+    float v[VEC];
+    load<T, VEC>(v, x + i * VEC);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      v[j] = __expf(v[j] - ms.x) * inv;
+    }
+    store<T, VEC>(y + i * VEC, v);
+  }
+}
+
+template <typename T, int BLOCK, int VEC>
+__global__ void __launch_bounds__(BLOCK)
+  softmax_backward_kernel(T* __restrict__ dx, const T* __restrict__ dy, const T* __restrict__ y,
+                          long long n) {
+  __shared__ float2 shared[32];
+  const long long row = blockIdx.x;
+  dx += row * n;
+  dy += row * n;
+  y += row * n;
+  float dot = 0.f;
+  for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
+    float g[VEC];
+    float v[VEC];
+    load<T, VEC>(g, dy + i * VEC);
+    load<T, VEC>(v, y + i * VEC);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      dot += g[j] * v[j];
+    }
+  }
+  dot = block_sum2<BLOCK>(dot, 0.f, shared).x;
+  for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
+    float g[VEC];
+    float v[VEC];
+    load<T, VEC>(g, dy + i * VEC);
+    load<T, VEC>(v, y + i * VEC);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      g[j] = v[j] * (g[j] - dot);
+    }
+    store<T, VEC>(dx + i * VEC, g);
+  }
+}
+
+template <typename T, int BLOCK, int VEC>
+__global__ void __launch_bounds__(BLOCK)
+  cross_entropy_kernel(float* __restrict__ loss, float* __restrict__ lse,
+                       const T* __restrict__ logits, const long long* __restrict__ target,
+                       long long n, long long ignore_index, float smoothing) {
+  __shared__ float2 shared[32];
+  const long long row = blockIdx.x;
+  const T* x = logits + row * n;
+  float2 acc = make_float2(neg_inf(), 0.f);
+  float sum = 0.f; // of x, for label smoothing
+  for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
+    float v[VEC];
+    load<T, VEC>(v, x + i * VEC);
+    float m = v[0];
+#pragma unroll
+    for (int j = 1; j < VEC; ++j) {
+      m = fmaxf(m, v[j]);
+    }
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      s += __expf(v[j] - m);
+      sum += v[j];
+    }
+    acc = merge(acc, make_float2(m, s));
+  }
+  acc = block_max_sum<BLOCK>(acc, shared);
+  sum = block_sum2<BLOCK>(sum, 0.f, shared).x;
+  if (threadIdx.x == 0) {
+    const float row_lse = acc.x + __logf(acc.y);
+    lse[row] = row_lse;
+    const long long t = target[row];
+    if (t == ignore_index) {
+      loss[row] = 0.f;
+    } else if (t < 0 || t >= n) {
+      loss[row] = __int_as_float(0x7fc00000); // NaN: a target outside the vocabulary
+    } else {
+      const float xt = static_cast<float>(x[t]);
+      loss[row] = row_lse - (1.f - smoothing) * xt - smoothing / static_cast<float>(n) * sum;
+    }
+  }
+}
+
+// out[0] = the sum of loss over rows (MEAN: divided by the rows not ignored, NaN for none, as
+// torch); count[0] = the rows not ignored (MEAN) or 1 (sum).
+template <int MEAN>
+__global__ void __launch_bounds__(1024)
+  cross_entropy_reduce_kernel(float* __restrict__ out, float* __restrict__ count,
+                              const float* __restrict__ loss, const long long* __restrict__ target,
+                              long long rows, long long ignore_index) {
+  __shared__ float2 shared[32];
+  float total = 0.f;
+  float kept = 0.f;
+  for (long long r = threadIdx.x; r < rows; r += 1024) {
+    total += loss[r];
+    kept += target[r] != ignore_index ? 1.f : 0.f;
+  }
+  const float2 s = block_sum2<1024>(total, kept, shared);
+  if (threadIdx.x == 0) {
+    const float c = MEAN ? s.y : 1.f;
+    count[0] = c;
+    out[0] = s.x / c;
+  }
+}
+
+template <typename T, int BLOCK, int VEC>
+__global__ void __launch_bounds__(BLOCK)
+  cross_entropy_backward_kernel(T* __restrict__ dlogits, const float* __restrict__ grad,
+                                const T* __restrict__ logits, const long long* __restrict__ target,
+                                const float* __restrict__ lse, const float* __restrict__ count,
+                                long long n, long long ignore_index, float smoothing) {
+  const long long row = blockIdx.x;
+  const T* x = logits + row * n;
+  T* dx = dlogits + row * n;
+  const long long t = target[row];
+  const bool ignored = t == ignore_index;
+  const float scale = ignored ? 0.f : grad[0] / count[0];
+  const float row_lse = lse[row];
+  const float uniform = smoothing / static_cast<float>(n);
+  for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
+    float v[VEC];
+    load<T, VEC>(v, x + i * VEC);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const long long col = i * VEC + j;
+      const float p = __expf(v[j] - row_lse);
+      v[j] = (p - uniform - (col == t ? 1.f - smoothing : 0.f)) * scale;
+    }
+    store<T, VEC>(dx + i * VEC, v);
+  }
+}
