@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -302,6 +304,32 @@ WarmSummary warm(Runtime& runtime, const std::vector<Package>& packages,
   }
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return summary;
+}
+
+std::vector<std::filesystem::path> installed_package_dirs() {
+  std::vector<std::filesystem::path> dirs;
+  if (auto env = detail::getenv_nonempty("KJIT_BUILTIN_PACKAGES")) {
+    dirs.emplace_back(*env);
+  }
+  std::vector<std::filesystem::path> candidates;
+  Dl_info info{};
+  std::error_code ec;
+  if (::dladdr(reinterpret_cast<void*>(&installed_package_dirs), &info) != 0 &&
+      info.dli_fname != nullptr) {
+    const auto here = std::filesystem::weakly_canonical(info.dli_fname, ec).parent_path();
+    candidates = {here / ".." / "share" / "kjit" / "kernels", here / "kernels",
+                  here / ".." / "kernels"};
+  }
+#ifdef KJIT_INSTALL_KERNELS
+  candidates.emplace_back(KJIT_INSTALL_KERNELS);
+#endif
+  for (const auto& candidate : candidates) {
+    if (std::filesystem::is_directory(candidate, ec)) {
+      dirs.push_back(std::filesystem::weakly_canonical(candidate, ec));
+      break;
+    }
+  }
+  return dirs;
 }
 
 std::vector<std::filesystem::path>

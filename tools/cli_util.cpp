@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <string>
@@ -21,16 +22,18 @@ fs::path executable_dir() {
 } // namespace
 
 std::vector<fs::path> builtin_package_dirs() {
-  std::vector<fs::path> dirs;
-  if (const char* env = std::getenv("KJIT_BUILTIN_PACKAGES"); env != nullptr && *env != '\0') {
-    dirs.emplace_back(env);
-  }
+  std::vector<fs::path> dirs = kjit::installed_package_dirs();
   const fs::path exe = executable_dir();
   std::error_code ec;
+  // The tool's own neighbours too (it may be linked statically, far from a libkjit), and the
+  // source tree of this build last.
   for (const auto& candidate : {exe / ".." / "share" / "kjit" / "kernels", exe / ".." / "kernels",
                                 fs::path(KJIT_SOURCE_KERNELS)}) {
     if (fs::is_directory(candidate, ec)) {
-      dirs.push_back(fs::weakly_canonical(candidate, ec));
+      const auto dir = fs::weakly_canonical(candidate, ec);
+      if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) {
+        dirs.push_back(dir);
+      }
       break;
     }
   }

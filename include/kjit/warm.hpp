@@ -72,9 +72,15 @@ std::vector<WarmJob> warm_jobs(const std::vector<Package>& packages,
 WarmSummary warm(Runtime& runtime, const std::vector<Package>& packages,
                  const WarmOptions& options);
 
+// The folders of the packages installed with kjit: `KJIT_BUILTIN_PACKAGES` when set, and the
+// first that exists of, relative to the file holding kjit's library code (libkjit, or the app it
+// is linked into), `../share/kjit/kernels` (a `cmake --install` tree), `kernels` and
+// `../kernels` (the Python package), then the install tree this kjit was configured for.
+std::vector<std::filesystem::path> installed_package_dirs();
+
 // Where packages are found by name: the `KJIT_PATH` folders (':'-separated), then `builtin`.
 std::vector<std::filesystem::path>
-package_search_path(const std::vector<std::filesystem::path>& builtin = {});
+package_search_path(const std::vector<std::filesystem::path>& builtin = installed_package_dirs());
 
 // The package folders (holding a kernel.toml) directly under each folder of `search_path`.
 std::vector<std::filesystem::path>
@@ -82,7 +88,10 @@ find_packages(const std::vector<std::filesystem::path>& search_path);
 
 // A folder (or kernel.toml) path as is, else the first package named `name` on `search_path`.
 // Throws `kjit::Error` naming the folders searched.
-std::filesystem::path find_package(std::string_view name,
-                                   const std::vector<std::filesystem::path>& search_path);
+//
+//   kjit::Package img2gray = kjit::Package::load(kjit::find_package("img2gray"));
+std::filesystem::path
+find_package(std::string_view name,
+             const std::vector<std::filesystem::path>& search_path = package_search_path());
 
 } // namespace kjit

@@ -15,7 +15,7 @@
 namespace {
 
 // Three specializations for two targets; float64 fails its static_assert on purpose.
-kjit::Package package(const kjit::test::TempDir& dir) {
+kjit::Package package(const std::filesystem::path& dir) {
   kjit::test::write_text(dir / "kernel.toml", R"toml([package]
 name = "w"
 version = "1.0.0"
@@ -40,7 +40,11 @@ template <typename T> __global__ void k(T* out, const T* x) {
   out[threadIdx.x] = x[threadIdx.x];
 }
 )");
-  return kjit::Package::load(dir.path());
+  return kjit::Package::load(dir);
+}
+
+kjit::Package package(const kjit::test::TempDir& dir) {
+  return package(dir.path());
 }
 
 kjit::WarmOptions options(unsigned jobs, std::optional<kjit::RuntimeOptions> processes) {
@@ -112,4 +116,23 @@ TEST_CASE("warm in worker processes survives a worker killed mid-run", "[warm]")
     }
   }
   CHECK(summary.compiled >= 3);
+}
+
+TEST_CASE("packages are found by name: KJIT_PATH first, then the installed ones", "[warm]") {
+  kjit::test::TempDir installed;
+  kjit::test::TempDir user;
+  package(installed / "w");
+  package(user / "w");
+  ::setenv("KJIT_BUILTIN_PACKAGES", installed.path().c_str(), 1);
+  ::unsetenv("KJIT_PATH");
+  const auto dirs = kjit::installed_package_dirs();
+  REQUIRE_FALSE(dirs.empty());
+  CHECK(dirs.front() == installed.path());
+  CHECK(kjit::find_package("w") == installed / "w");
+  ::setenv("KJIT_PATH", user.path().c_str(), 1);
+  CHECK(kjit::find_package("w") == user / "w");
+  CHECK(kjit::Package::load(kjit::find_package("w")).name() == "w");
+  CHECK_THROWS_WITH(kjit::find_package("nope"), Catch::Contains("no kernel package 'nope'"));
+  ::unsetenv("KJIT_PATH");
+  ::unsetenv("KJIT_BUILTIN_PACKAGES");
 }
