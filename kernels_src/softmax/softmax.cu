@@ -112,9 +112,11 @@ __device__ __forceinline__ float2 block_sum2(float a, float b, float2* shared) {
   return make_float2(a, b);
 }
 
-// This thread's (max, sum) of its vectors of row x (n / VEC of them).
+// This thread's (max, sum of exp) of its vectors of row x (n / VEC of them), and the plain sum
+// of its elements into `total` (for label smoothing; unused elsewhere, and then optimized away).
 template <typename T, int BLOCK, int VEC>
-__device__ __forceinline__ float2 thread_max_sum(const T* __restrict__ x, long long n) {
+__device__ __forceinline__ float2 thread_max_sum(const T* __restrict__ x, long long n,
+                                                 float& total) {
   float2 acc = make_float2(neg_inf(), 0.f);
   for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
     float v[VEC];
@@ -128,6 +130,7 @@ __device__ __forceinline__ float2 thread_max_sum(const T* __restrict__ x, long l
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       s += __expf(v[j] - m);
+      total += v[j];
     }
     acc = merge(acc, make_float2(m, s));
   }
@@ -143,7 +146,8 @@ __global__ void __launch_bounds__(BLOCK)
   const long long row = blockIdx.x;
   x += row * n;
   y += row * n;
-  const float2 ms = block_max_sum<BLOCK>(thread_max_sum<T, BLOCK, VEC>(x, n), shared);
+  float unused = 0.f;
+  const float2 ms = block_max_sum<BLOCK>(thread_max_sum<T, BLOCK, VEC>(x, n, unused), shared);
   const float inv = 1.f / ms.y;
   for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
     float v[VEC];
@@ -198,25 +202,8 @@ __global__ void __launch_bounds__(BLOCK)
   __shared__ float2 shared[32];
   const long long row = blockIdx.x;
   const T* x = logits + row * n;
-  float2 acc = make_float2(neg_inf(), 0.f);
   float sum = 0.f; // of x, for label smoothing
-  for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
-    float v[VEC];
-    load<T, VEC>(v, x + i * VEC);
-    float m = v[0];
-#pragma unroll
-    for (int j = 1; j < VEC; ++j) {
-      m = fmaxf(m, v[j]);
-    }
-    float s = 0.f;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      s += __expf(v[j] - m);
-      sum += v[j];
-    }
-    acc = merge(acc, make_float2(m, s));
-  }
-  acc = block_max_sum<BLOCK>(acc, shared);
+  const float2 acc = block_max_sum<BLOCK>(thread_max_sum<T, BLOCK, VEC>(x, n, sum), shared);
   sum = block_sum2<BLOCK>(sum, 0.f, shared).x;
   if (threadIdx.x == 0) {
     const float row_lse = acc.x + __logf(acc.y);
