@@ -157,5 +157,23 @@ def kernelize(model: nn.Module, mode: str = "inference", compile: bool = False) 
         module.forward = types.MethodType(layer.forward, module)
         key = f"{cls} -> {layer.__name__}"
         report.replaced[key] = report.replaced.get(key, 0) + 1
+    _kernelize_loss(model, report)
     _log.info("%s", report)
     return report
+
+
+def _kernelize_loss(model: nn.Module, report: "KernelizeReport") -> None:
+    """A transformers causal LM's loss_function (ForCausalLMLoss) on kjit's cross-entropy
+    (layers.causal_lm_loss), for this model alone (its loss_function setter)."""
+    if not isinstance(getattr(type(model), "loss_function", None), property):
+        return
+    current = model.loss_function
+    name = getattr(current, "__name__", type(current).__name__)
+    if getattr(current, "kjit_layer", False):
+        return  # kernelized already
+    if name != "ForCausalLMLoss":
+        report.skipped.append(("loss_function", name, "only ForCausalLMLoss has a kjit kernel"))
+        return
+    model.loss_function = layers.causal_lm_loss(current)
+    key = "ForCausalLMLoss -> causal_lm_loss"
+    report.replaced[key] = report.replaced.get(key, 0) + 1

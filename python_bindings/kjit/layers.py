@@ -175,3 +175,32 @@ def inspect_global(fn, name: str):
     while getattr(fn, "__wrapped__", None) is not None:
         fn = fn.__wrapped__
     return fn.__globals__.get(name) if name in fn.__code__.co_names else None
+
+
+def causal_lm_loss(fallback):
+    """transformers' ForCausalLMLoss (labels shifted left, ignore_index, mean, or sum divided by
+    num_items_in_batch) on kjit's cross-entropy, which reads the logits in their own dtype with
+    float32 arithmetic: no float32 copy of the logits is made, and the backward keeps one
+    log-sum-exp per row instead of a softmax. Other inputs go to `fallback`."""
+
+    @functools.wraps(fallback)
+    def loss_function(logits, labels, vocab_size, num_items_in_batch=None, ignore_index=-100,
+                      shift_labels=None, **kwargs):
+        if logits.dtype not in _KERNEL_DTYPES or logits.shape[-1] != vocab_size or logits.numel() == 0:
+            return fallback(logits, labels, vocab_size, num_items_in_batch=num_items_in_batch,
+                            ignore_index=ignore_index, shift_labels=shift_labels, **kwargs)
+        if shift_labels is None:
+            labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)
+            shift_labels = labels[..., 1:]
+        target = shift_labels.reshape(-1).to(device=logits.device, dtype=torch.int64).contiguous()
+        reduction = "sum" if num_items_in_batch is not None else "mean"
+        loss = _package("softmax").cross_entropy(logits.reshape(-1, vocab_size).contiguous(), target,
+                                                 ignore_index, 0.0, reduction)
+        if reduction == "sum":
+            if torch.is_tensor(num_items_in_batch):
+                num_items_in_batch = num_items_in_batch.to(loss.device)
+            loss = loss / num_items_in_batch
+        return loss
+
+    loss_function.kjit_layer = True
+    return loss_function

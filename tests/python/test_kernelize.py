@@ -31,9 +31,12 @@ def tiny(family: str):
 
 
 EXPECTED = {
-    "llama": {"LlamaRMSNorm -> RMSNorm": 5, "LlamaMLP -> SiluAndMulMLP": 2, "LlamaAttention -> LlamaAttentionKjitRotary": 2},
-    "qwen2": {"Qwen2RMSNorm -> RMSNorm": 5, "Qwen2MLP -> SiluAndMulMLP": 2, "Qwen2Attention -> Qwen2AttentionKjitRotary": 2},
-    "gemma": {"GemmaRMSNorm -> GemmaRMSNorm": 5, "GemmaMLP -> GeluTanhAndMulMLP": 2, "GemmaAttention -> GemmaAttentionKjitRotary": 2},
+    "llama": {"LlamaRMSNorm -> RMSNorm": 5, "LlamaMLP -> SiluAndMulMLP": 2, "LlamaAttention -> LlamaAttentionKjitRotary": 2,
+              "ForCausalLMLoss -> causal_lm_loss": 1},
+    "qwen2": {"Qwen2RMSNorm -> RMSNorm": 5, "Qwen2MLP -> SiluAndMulMLP": 2, "Qwen2Attention -> Qwen2AttentionKjitRotary": 2,
+              "ForCausalLMLoss -> causal_lm_loss": 1},
+    "gemma": {"GemmaRMSNorm -> GemmaRMSNorm": 5, "GemmaMLP -> GeluTanhAndMulMLP": 2, "GemmaAttention -> GemmaAttentionKjitRotary": 2,
+              "ForCausalLMLoss -> causal_lm_loss": 1},
 }
 
 
@@ -191,4 +194,21 @@ def test_rebinding_a_global_goes_through_wrappers_and_changes_nothing_else():
     assert wrapped() == "wrapped wrapped original"
     assert kjit.layers.inspect_global(wrapped, "helper") is helper
     assert kjit.layers.inspect_global(wrapped, "nothing") is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_causal_lm_loss_runs_kjits_cross_entropy_mean_and_sum(device, monkeypatch):
+    model, original = pair("llama", device, torch.float32)
+    kjit.kernelize(model.train(), mode="training")
+    assert "ForCausalLMLoss -> causal_lm_loss" not in kjit.kernelize(model, mode="training").replaced  # once
+    softmax = kjit.layers._package("softmax")
+    calls = []
+    real = softmax.cross_entropy
+    monkeypatch.setattr(softmax, "cross_entropy", lambda *a: calls.append(a[4]) or real(*a))
+    ids = torch.randint(0, 128, (2, 12), device=device)
+    for extra in ({}, {"num_items_in_batch": torch.tensor(17, device=device)}):
+        got = model(ids, labels=ids, **extra).loss
+        want = original.train()(ids, labels=ids, **extra).loss
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert calls == ["mean", "sum"]
 
