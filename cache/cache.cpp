@@ -44,6 +44,18 @@ std::vector<CacheEntryInfo> Cache::read_only_entries() const {
   return all;
 }
 
+std::vector<TunedEntryInfo> Cache::tuned_entries() const {
+  std::vector<TunedEntryInfo> all =
+    m_store != nullptr ? m_store->tuned_entries() : std::vector<TunedEntryInfo>{};
+  for (const auto& read_only : read_only_stores()) {
+    for (auto& entry : read_only.store->tuned_entries()) {
+      entry.store = read_only.store->path().string();
+      all.push_back(std::move(entry));
+    }
+  }
+  return all;
+}
+
 void Cache::flush() {
   if (m_store != nullptr) {
     m_store->flush();

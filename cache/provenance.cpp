@@ -276,4 +276,86 @@ LookupExplanation explain_lookup(const Cache& cache, const std::string& key, con
   return out;
 }
 
+namespace {
+
+std::string join_values(const std::vector<std::int64_t>& values) {
+  std::string text;
+  for (const std::int64_t v : values) {
+    if (!text.empty()) {
+      text += ' ';
+    }
+    text += std::to_string(v);
+  }
+  return text;
+}
+
+std::vector<std::int64_t> split_values(const std::string& text) {
+  std::vector<std::int64_t> values;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find(' ', start);
+    if (end == std::string::npos) {
+      end = text.size();
+    }
+    if (end > start) {
+      try {
+        values.push_back(std::stoll(text.substr(start, end - start)));
+      } catch (const std::exception&) {
+        return {}; // not a list of integers: a damaged row reads as none
+      }
+    }
+    start = end + 1;
+  }
+  return values;
+}
+
+} // namespace
+
+std::string encode_tuned(const TunedConfig& config) {
+  Fields fields;
+  for (const auto& name : config.names) {
+    fields.emplace_back("name", clean(name));
+  }
+  fields.emplace_back("best", join_values(config.best));
+  fields.emplace_back("pruned", std::to_string(config.pruned));
+  fields.emplace_back("budget", config.budget_exhausted ? "1" : "0");
+  fields.emplace_back("seconds", fmt::format("{}", config.seconds));
+  for (const auto& t : config.timings) {
+    fields.emplace_back("timing",
+                        fmt::format("{}|{}|{}", join_values(t.values), t.ms, clean(t.error)));
+  }
+  return encode_fields(fields);
+}
+
+TunedConfig decode_tuned(const std::string& text) {
+  TunedConfig config;
+  for (const auto& [name, value] : decode_fields(text)) {
+    try {
+      if (name == "name") {
+        config.names.push_back(value);
+      } else if (name == "best") {
+        config.best = split_values(value);
+      } else if (name == "pruned") {
+        config.pruned = std::stoull(value);
+      } else if (name == "budget") {
+        config.budget_exhausted = value == "1";
+      } else if (name == "seconds") {
+        config.seconds = std::stod(value);
+      } else if (name == "timing") {
+        const std::size_t a = value.find('|');
+        const std::size_t b = a == std::string::npos ? a : value.find('|', a + 1);
+        if (b == std::string::npos) {
+          continue;
+        }
+        config.timings.push_back(TuneTiming{split_values(value.substr(0, a)),
+                                            std::stod(value.substr(a + 1, b - a - 1)),
+                                            value.substr(b + 1)});
+      }
+    } catch (const std::exception&) {
+      // a damaged field is skipped
+    }
+  }
+  return config;
+}
+
 } // namespace kjit::detail

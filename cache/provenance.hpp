@@ -47,6 +47,11 @@ Fields key_fields(const Program& program, const Target& target, const KeyIdentit
 // (`stored`), one sentence each, most telling first; empty when they agree.
 std::vector<std::string> field_differences(const Fields& wanted, const Fields& stored);
 
+// A tuned configuration as stored (the `tuning` table's config column), and back; fields
+// name, best, pruned, budget, seconds and one timing per candidate ("v1 v2|ms|error").
+std::string encode_tuned(const TunedConfig& config);
+TunedConfig decode_tuned(const std::string& text);
+
 // Looks `key` up in `cache`'s stores (the read-only ones that serve `scope` included) and, on a
 // miss, compares `wanted` with the entries of the same program name (`Runtime::explain`).
 LookupExplanation explain_lookup(const Cache& cache, const std::string& key, const Fields& wanted,

@@ -48,6 +48,9 @@ CREATE INDEX IF NOT EXISTS entries_by_last_used ON entries(last_used_ms);
 CREATE TABLE IF NOT EXISTS stats(name TEXT PRIMARY KEY, value REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS provenance(key TEXT PRIMARY KEY, origin TEXT NOT NULL,
                                       fields TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tuning(key TEXT PRIMARY KEY, op TEXT NOT NULL, bucket TEXT NOT NULL,
+                                  device TEXT NOT NULL, config TEXT NOT NULL,
+                                  created_ms INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta(name, value) VALUES('schema_version', '1');
 )sql";
 
@@ -103,11 +106,15 @@ namespace {
 // lock_key).
 constexpr std::uint64_t k_store_lock_id = 0;
 
-// Note [Provenance] (cache/provenance.hpp): a table stores of schema version 1 gained later; a
-// writable store without it gets it when opened, a read-only one is read without it.
+// Note [Provenance] (cache/provenance.hpp) and Note [Tuner] (runtime/tune/tuner.hpp): tables
+// stores of schema version 1 gained later; a writable store without them gets them when
+// opened, a read-only one is read without them.
 constexpr const char* k_provenance_schema = R"sql(
 CREATE TABLE IF NOT EXISTS provenance(key TEXT PRIMARY KEY, origin TEXT NOT NULL,
                                       fields TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tuning(key TEXT PRIMARY KEY, op TEXT NOT NULL, bucket TEXT NOT NULL,
+                                  device TEXT NOT NULL, config TEXT NOT NULL,
+                                  created_ms INTEGER NOT NULL);
 )sql";
 
 bool is_broken_file(int code) {
@@ -308,7 +315,8 @@ void SqliteStore::prepare() {
   }
   check_schema(m_db, m_path);
   m_has_provenance = has_table(m_db, "provenance");
-  if (!m_has_provenance && !m_read_only) {
+  m_has_tuning = has_table(m_db, "tuning");
+  if ((!m_has_provenance || !m_has_tuning) && !m_read_only) {
     LockGuard guard = m_locks->lock(k_store_lock_id);
     with_busy_retry([&] {
       m_db.exec("BEGIN IMMEDIATE");
@@ -321,6 +329,7 @@ void SqliteStore::prepare() {
       }
     });
     m_has_provenance = true;
+    m_has_tuning = true;
   }
   m_get = Statement(m_db, m_has_provenance
                             ? "SELECT e.kind, e.arch, e.name, e.nvrtc_version, e.driver_version, "
@@ -589,6 +598,60 @@ void SqliteStore::write_pending() {
       note.bind(1, key).bind(2, texts.first).bind(3, texts.second);
       note.run();
     }
+  }
+}
+
+std::optional<TunedEntryInfo> SqliteStore::get_tuned(const std::string& key) const {
+  if (!m_has_tuning) {
+    return std::nullopt;
+  }
+  std::lock_guard lock(m_mutex);
+  try {
+    Statement get(m_db, "SELECT op, bucket, device, config, created_ms FROM tuning WHERE key = ?1");
+    get.bind(1, key);
+    if (!get.step()) {
+      return std::nullopt;
+    }
+    TunedEntryInfo entry{key,
+                         get.column_text(0),
+                         get.column_text(1),
+                         get.column_text(2),
+                         decode_tuned(get.column_text(3)),
+                         get.column_int(4) / 1000,
+                         {}};
+    if (entry.config.best.size() != entry.config.names.size() || entry.config.best.empty()) {
+      return std::nullopt; // damaged: tuned again
+    }
+    return entry;
+  } catch (const SqliteFailure& failure) {
+    log(LogLevel::warning, "cannot read tuned configurations of '{}': {}", m_path.string(),
+        failure.message);
+    return std::nullopt;
+  }
+}
+
+void SqliteStore::put_tuned(const TunedEntryInfo& entry) noexcept {
+  if (m_read_only || !m_has_tuning) {
+    return;
+  }
+  std::lock_guard lock(m_mutex);
+  if (m_writes_failed) {
+    return;
+  }
+  try {
+    m_db.exec("BEGIN IMMEDIATE");
+    Statement put(m_db, "INSERT OR REPLACE INTO tuning VALUES(?1, ?2, ?3, ?4, ?5, ?6)");
+    put.bind(1, entry.key)
+      .bind(2, entry.op)
+      .bind(3, entry.bucket)
+      .bind(4, entry.device)
+      .bind(5, encode_tuned(entry.config))
+      .bind(6, now_ms());
+    put.run();
+    m_db.exec("COMMIT");
+  } catch (const SqliteFailure& failure) {
+    sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    warn_write_failure(failure);
   }
 }
 

@@ -83,6 +83,12 @@ public:
   void put(const std::string& key, const StoredBinary& value, bool replace,
            bool count_compile = true);
 
+  // The tuned configuration stored under `key` (Note [Tuner]), or nothing (also for a damaged
+  // row); stores it (replacing one). Never throw.
+  std::optional<TunedEntryInfo> get_tuned(const std::string& key) const;
+  void put_tuned(const TunedEntryInfo& entry) noexcept;
+  std::vector<TunedEntryInfo> tuned_entries() const; // throws CacheError
+
   // Records (with the next write) the origin and key fields of an entry found by a lookup whose
   // program has another origin than the one stored (Note [Provenance]). Never throws.
   void note_provenance(const std::string& key, std::string origin, std::string fields) noexcept;
@@ -138,6 +144,7 @@ private:
   Database m_db;
   bool m_read_only;
   bool m_has_provenance = false; // the store has the provenance table (Note [Provenance])
+  bool m_has_tuning = false;     // and the tuning table (Note [Tuner])
   std::uint64_t m_max_size;
   std::unique_ptr<LockFile> m_locks;
 

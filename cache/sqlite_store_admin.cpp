@@ -85,6 +85,30 @@ CacheStats SqliteStore::stats() const {
   return stats;
 }
 
+std::vector<TunedEntryInfo> SqliteStore::tuned_entries() const {
+  std::vector<TunedEntryInfo> result;
+  if (!m_has_tuning) {
+    return result;
+  }
+  std::lock_guard lock(m_mutex);
+  try {
+    Statement query(m_db, "SELECT key, op, bucket, device, config, created_ms FROM tuning "
+                          "ORDER BY op, bucket, device");
+    while (query.step()) {
+      result.push_back(TunedEntryInfo{query.column_text(0),
+                                      query.column_text(1),
+                                      query.column_text(2),
+                                      query.column_text(3),
+                                      decode_tuned(query.column_text(4)),
+                                      query.column_int(5) / 1000,
+                                      {}});
+    }
+  } catch (const SqliteFailure& failure) {
+    fail("list the tuned configurations of", failure);
+  }
+  return result;
+}
+
 std::vector<CacheEntryInfo> SqliteStore::entries() const {
   std::lock_guard lock(m_mutex);
   std::vector<CacheEntryInfo> result;
@@ -233,8 +257,13 @@ void SqliteStore::clear() {
   std::lock_guard lock(m_mutex);
   try {
     m_db.exec("BEGIN IMMEDIATE");
-    m_db.exec(m_has_provenance ? "DELETE FROM entries; DELETE FROM stats; DELETE FROM provenance;"
-                               : "DELETE FROM entries; DELETE FROM stats;");
+    m_db.exec("DELETE FROM entries; DELETE FROM stats;");
+    if (m_has_provenance) {
+      m_db.exec("DELETE FROM provenance;");
+    }
+    if (m_has_tuning) {
+      m_db.exec("DELETE FROM tuning;");
+    }
     m_db.exec("COMMIT");
     m_db.exec("VACUUM");
     m_pending = {};
@@ -300,6 +329,14 @@ std::uint64_t SqliteStore::export_to(const std::filesystem::path& file,
         throw;
       }
     }
+    if (m_has_tuning) { // every tuned configuration: they are small and keyed by device
+      try {
+        m_db.exec("INSERT INTO export.tuning SELECT * FROM main.tuning");
+      } catch (...) {
+        sqlite3_exec(m_db.get(), "DETACH DATABASE export", nullptr, nullptr, nullptr);
+        throw;
+      }
+    }
     m_db.exec("DETACH DATABASE export");
     return written;
   } catch (const SqliteFailure& failure) {
@@ -358,6 +395,20 @@ std::uint64_t SqliteStore::import_from(const std::filesystem::path& file) {
           .bind(2, notes.column_text(1))
           .bind(3, notes.column_text(2));
         note.run();
+      }
+    }
+    if (source->m_has_tuning && m_has_tuning) {
+      Statement tuned(source->m_db,
+                      "SELECT key, op, bucket, device, config, created_ms FROM tuning");
+      Statement keep(m_db, "INSERT OR IGNORE INTO tuning VALUES(?1, ?2, ?3, ?4, ?5, ?6)");
+      while (tuned.step()) {
+        keep.bind(1, tuned.column_text(0))
+          .bind(2, tuned.column_text(1))
+          .bind(3, tuned.column_text(2))
+          .bind(4, tuned.column_text(3))
+          .bind(5, tuned.column_text(4))
+          .bind(6, tuned.column_int(5));
+        keep.run();
       }
     }
     evict("");

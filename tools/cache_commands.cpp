@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 
 using nlohmann::json;
@@ -93,8 +94,41 @@ int run_cache_ls(kjit::Runtime& runtime, const kjit::EntryFilter& filter, bool a
       ++in_read_only;
     }
   }
+  std::vector<kjit::TunedEntryInfo> tuned;
+  for (auto& t : runtime.cache().tuned_entries()) {
+    const auto sep = t.op.find("::");
+    const std::string package = t.op.substr(0, sep);
+    const std::string op = sep == std::string::npos ? t.op : t.op.substr(sep + 2);
+    if ((filter.package.empty() || package == filter.package) &&
+        (filter.op.empty() || op == filter.op) &&
+        (filter.arch.empty() || t.device.find(filter.arch) != std::string::npos) &&
+        filter.version.empty() && filter.key.empty()) {
+      tuned.push_back(std::move(t));
+    }
+  }
   if (as_json) {
     json list = json::array();
+    for (const auto& t : tuned) {
+      json timings = json::array();
+      for (const auto& timing : t.config.timings) {
+        timings.push_back({{"values", timing.values},
+                           {"ms", std::isinf(timing.ms) ? json(nullptr) : json(timing.ms)},
+                           {"error", timing.error}});
+      }
+      list.push_back({{"key", t.key},
+                      {"kind", "tuned"},
+                      {"store", t.store.empty() ? json(nullptr) : json(t.store)},
+                      {"op", t.op},
+                      {"bucket", t.bucket},
+                      {"device", t.device},
+                      {"parameters", t.config.names},
+                      {"best", t.config.best},
+                      {"timings", timings},
+                      {"pruned", t.config.pruned},
+                      {"budget_exhausted", t.config.budget_exhausted},
+                      {"seconds", t.config.seconds},
+                      {"created", t.created}});
+    }
     for (const auto& e : entries) {
       list.push_back(
         {{"key", e.key},
@@ -134,6 +168,24 @@ int run_cache_ls(kjit::Runtime& runtime, const kjit::EntryFilter& filter, bool a
     }
     std::cout << fmt::format("{:<12} {:<52} {:<11} {:>10} {:<16} {:>5}\n", e.key.substr(0, 12),
                              label, e.arch, size_text(e.size), human_time(e.last_used), e.hits);
+  }
+  if (!tuned.empty()) {
+    std::cout << "tuned configurations:\n";
+  }
+  for (const auto& t : tuned) {
+    std::string best;
+    for (std::size_t i = 0; i < t.config.names.size() && i < t.config.best.size(); ++i) {
+      best += fmt::format("{}{}={}", best.empty() ? "" : " ", t.config.names[i], t.config.best[i]);
+    }
+    double best_ms = 0;
+    for (const auto& timing : t.config.timings) {
+      best_ms = timing.values == t.config.best ? timing.ms : best_ms;
+    }
+    std::cout << fmt::format("{:<12} {} [{}] on {}: {} ({:.4f} ms; {} timed, {} pruned, {:.2f} s "
+                             "to tune){}\n",
+                             t.key.substr(0, 12), t.op, t.bucket, t.device, best, best_ms,
+                             t.config.timings.size(), t.config.pruned, t.config.seconds,
+                             t.store.empty() ? "" : " in " + t.store);
   }
   std::cout << fmt::format(
     "{} entries{}{}\n", entries.size(),

@@ -109,6 +109,31 @@ struct LookupExplanation {
   bool recorded = true; // false when the nearest entry's sources were not recorded (older kjit)
 };
 
+// A tuned launch configuration (Note [Tuner] in runtime/tune/tuner.hpp): the fastest candidate
+// of one op, bucket and device, with every candidate's time.
+struct TuneTiming {
+  std::vector<std::int64_t> values;
+  double ms = 0;     // median; infinity for a candidate that failed or was not reached
+  std::string error; // why it failed
+};
+struct TunedConfig {
+  std::vector<std::string> names;  // the tune parameters
+  std::vector<std::int64_t> best;  // their tuned values
+  std::vector<TuneTiming> timings; // every candidate timed, in order
+  std::size_t pruned = 0;          // candidates tune_valid removed
+  bool budget_exhausted = false;   // some candidates were not timed
+  double seconds = 0;              // the tuning's cost
+};
+struct TunedEntryInfo {
+  std::string key;
+  std::string op;     // "norm::rms_norm"
+  std::string bucket; // the bucket and dtypes, as text
+  std::string device; // "NVIDIA H200 (sm_90, 132 SMs)"
+  TunedConfig config;
+  std::int64_t created = 0; // unix seconds
+  std::string store;        // the read-only store that holds it; empty: the writable store
+};
+
 // What `Cache::verify` found.
 struct VerifyReport {
   std::uint64_t checked = 0;            // entries read
@@ -146,6 +171,8 @@ public:
   std::vector<CacheEntryInfo> entries() const;
   // Every entry of the read-only stores, store by store in search order (`store` set).
   std::vector<CacheEntryInfo> read_only_entries() const;
+  // The tuned configurations of the writable store, then of the read-only ones (`store` set).
+  std::vector<TunedEntryInfo> tuned_entries() const;
   // Writes pending hit counts and last-used times now (also done when the runtime goes away).
   void flush();
 

@@ -96,6 +96,14 @@ struct OpDecl {
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::int64_t>>>> strings;
   std::string cpu; // a function of the package's __init__.py, or empty
   std::optional<BackwardDecl> backward;
+  // Tunable launch parameters (`tune = { BLOCK = [128, 256], ... }`): integer names that the
+  // launches' grid, block, shared memory, args, specializations and `when` may use; `tune_valid`
+  // prunes candidates, `tune_key` buckets calls, `tune_default` is the configuration used where
+  // no tuned one is known (expressions of the arguments).
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> tune;
+  std::string tune_valid;
+  std::vector<std::string> tune_key;
+  std::vector<std::pair<std::string, std::string>> tune_default;
 };
 
 // A program and kernel name to compile ahead of time.

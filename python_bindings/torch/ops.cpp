@@ -604,8 +604,35 @@ private:
     check(api.get_current_cuda_stream(device, &stream), "aoti_torch_get_current_cuda_stream",
           m_qualified.c_str());
     make_workspaces(api, env, owned, device, stream);
+    if (!spec.tune.empty()) {
+      tune_values(env);
+    }
     for (std::size_t l = 0; l < spec.launches.size(); ++l) {
       launch(api, env, l, device, stream);
+    }
+  }
+
+  // Note [Tuning]: the values of the tune parameters for this call: the defaults (the tuned
+  // configuration of the call's bucket is looked up here once the tuner runs on a device).
+  void tune_values(CallEnv& env) const {
+    const detail::TuneSpec& tune = m_spec->tune;
+    try {
+      for (const auto& param : tune.params) {
+        env.ints[static_cast<std::size_t>(param.symbol)] =
+          Evaluator(param.default_value, env).integer();
+      }
+      if (tune.valid && !Evaluator(*tune.valid, env).boolean()) {
+        std::string values;
+        for (const auto& param : tune.params) {
+          values += fmt::format("{}{} = {}", values.empty() ? "" : ", ", param.name,
+                                env.ints[static_cast<std::size_t>(param.symbol)]);
+        }
+        value_error(fmt::format("{}: the default configuration ({}) fails tune_valid '{}' for "
+                                "these arguments",
+                                m_qualified, values, tune.valid->text()));
+      }
+    } catch (const detail::EvalError& e) {
+      value_error(fmt::format("{}: cannot compute the tune parameters: {}", m_qualified, e.what()));
     }
   }
 

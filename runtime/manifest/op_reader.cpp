@@ -1,6 +1,6 @@
-// The reader of one [op.NAME] table: schema, checks, outputs, workspaces, launches, warm values.
-// Every expression is parsed here, with the symbols its place may use, so that a mistake is a
-// ManifestError at load.
+// The reader of one [op.NAME] table: schema, checks, outputs, workspaces, tune parameters,
+// launches, warm values. Every expression is parsed here, with the symbols its place may use,
+// so that a mistake is a ManifestError at load.
 #include "runtime/manifest/reader.hpp"
 
 #include <set>
@@ -147,9 +147,10 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
     reader.fail(where, &value, "expected a table");
   }
   reader.check_keys(*o, where,
-                    {"schema", "doc", "checks", "outputs", "workspaces", "launch", "kernel", "args",
-                     "grid", "block", "shared_mem", "specialize", "warm", "strings", "cpu",
-                     "backward"});
+                    {"schema",     "doc",        "checks",     "outputs",  "workspaces",
+                     "launch",     "kernel",     "args",       "grid",     "block",
+                     "shared_mem", "specialize", "warm",       "strings",  "cpu",
+                     "backward",   "tune",       "tune_valid", "tune_key", "tune_default"});
   OpDecl decl;
   decl.name = std::string(key);
   if (decl.name.starts_with("_kjit_")) {
@@ -259,6 +260,7 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
       decl.strings.emplace_back(std::string(arg.str()), std::move(entries));
     }
   }
+  read_tune_decl(reader, *o, where, decl);
   if (const toml::node* warm = o->get("warm")) {
     const auto* t = warm->as_table();
     if (t == nullptr) {
@@ -467,6 +469,47 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
     spec->symbols.push_back(Symbol{w.name, Kind::tensor});
   }
 
+  // The tunable parameters (Note [Tuning]): int symbols after the workspaces. Specializations,
+  // `when` and tune_valid see the arguments and them; args, grid, block and shared memory every
+  // symbol.
+  std::vector<Symbol> launch_symbols = r.input_symbols;
+  if (!decl.tune.empty()) {
+    launch_symbols = spec->symbols;
+    for (std::size_t i = spec->num_inputs; i < launch_symbols.size(); ++i) {
+      launch_symbols[i].name.clear(); // outputs and workspaces: not visible there
+    }
+  }
+  for (const auto& [name, values] : decl.tune) {
+    const std::string at = where + ".tune." + name;
+    if (name == "device" ||
+        std::any_of(spec->symbols.begin(), spec->symbols.end(),
+                    [&name = name](const Symbol& s) { return s.name == name; })) {
+      reader.fail(
+        at, r.node_of("tune"),
+        fmt::format("'{}' is taken (an argument, output or workspace, or 'device')", name));
+    }
+    TuneParam param;
+    param.name = name;
+    param.values = values;
+    param.symbol = static_cast<std::int32_t>(spec->symbols.size());
+    const auto text = std::find_if(decl.tune_default.begin(), decl.tune_default.end(),
+                                   [&name = name](const auto& p) { return p.first == name; });
+    param.default_value = r.parse(text->second, r.input_symbols, where + ".tune_default." + name,
+                                  r.node_of("tune_default"), {Kind::int_}, true);
+    spec->symbols.push_back(Symbol{name, Kind::int_});
+    launch_symbols.push_back(Symbol{name, Kind::int_});
+    spec->tune.params.push_back(std::move(param));
+  }
+  if (!decl.tune_valid.empty()) {
+    spec->tune.valid = r.parse(decl.tune_valid, launch_symbols, where + ".tune_valid",
+                               r.node_of("tune_valid"), {Kind::bool_}, true);
+  }
+  for (std::size_t i = 0; i < decl.tune_key.size(); ++i) {
+    spec->tune.key.push_back(r.parse(decl.tune_key[i], r.input_symbols,
+                                     fmt::format("{}.tune_key[{}]", where, i),
+                                     r.node_of("tune_key"), {Kind::int_}, true));
+  }
+
   // The launches, with the symbols of everything above.
   std::vector<std::pair<std::string, Kind>> params; // every placeholder, with its kind
   for (std::size_t l = 0; l < decl.launches.size(); ++l) {
@@ -490,7 +533,7 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
     ls.kernel = static_cast<std::size_t>(kernel_it - kernels.begin());
     if (!launch.when.empty()) {
       ls.when =
-        r.parse(launch.when, r.input_symbols, at + ".when", node_of("when"), {Kind::bool_}, true);
+        r.parse(launch.when, launch_symbols, at + ".when", node_of("when"), {Kind::bool_}, true);
     }
     ls.args = r.list(launch.args, at + ".args", node_of("args"),
                      {Kind::tensor, Kind::int_, Kind::float_, Kind::bool_}, 256);
@@ -500,7 +543,7 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
                             node_of("shared_mem"), {Kind::int_}, true);
     for (const auto& [name, text] : launch.specialize) {
       ls.specialize.push_back(SpecParam{
-        name, r.parse(text, r.input_symbols, at + ".specialize." + name, node_of("specialize"),
+        name, r.parse(text, launch_symbols, at + ".specialize." + name, node_of("specialize"),
                       {Kind::dtype, Kind::int_, Kind::bool_}, true)});
       params.emplace_back(name, ls.specialize.back().expr.kind());
     }

@@ -1,7 +1,7 @@
 // An op of a kernel package with every expression parsed: what the torch layer evaluates per call.
 //
 // Symbols (the names expressions use), in order: the schema's arguments, the new outputs
-// (out0, out1, ...), then the workspaces by name.
+// (out0, out1, ...), the workspaces by name, then the tunable parameters (Note [Tuning]).
 #pragma once
 
 #include <kjit/package.hpp>
@@ -82,6 +82,22 @@ struct LaunchSpec {
   std::vector<SpecParam> specialize;
 };
 
+// Note [Tuning]: an op's tunable parameters. Each is an int symbol (after the workspaces) that
+// launch expressions read; a call takes the values of its bucket's tuned configuration, or the
+// defaults. Candidates are the cartesian product of the value lists, pruned by `valid`.
+struct TuneParam {
+  std::string name;
+  std::vector<std::int64_t> values;
+  std::int32_t symbol = -1;
+  Expr default_value; // of the arguments
+};
+struct TuneSpec {
+  std::vector<TuneParam> params;
+  std::optional<Expr> valid; // of the arguments, the parameters and device.*
+  std::vector<Expr> key;     // bucket expressions of the arguments (tensor dtypes are added)
+  bool empty() const noexcept { return params.empty(); }
+};
+
 struct OpSpec {
   std::string ns; // the package name: torch.ops.<ns>.<name>
   std::string name;
@@ -94,6 +110,7 @@ struct OpSpec {
   std::vector<OutputSpec> outputs;
   std::vector<WorkspaceSpec> workspaces;
   std::vector<LaunchSpec> launches;
+  TuneSpec tune;
   bool uses_device = false; // some launch-time expression reads device.* or aligned()
   std::string cpu;
   std::optional<BackwardSpec> backward; // linked when the whole package is read

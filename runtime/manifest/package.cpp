@@ -425,8 +425,9 @@ std::vector<std::string> checked_dtypes(const OpDecl& op, const std::string& ten
   return found;
 }
 
-// The warm values of placeholder `param` of `op`: its `warm` entry, else the dtypes its checks
-// allow when it specializes on a tensor's dtype, else none.
+// The warm values of placeholder `param` of `op`: its `warm` entry, else every candidate value
+// of a tune parameter it is (Note [Tuning]: the tuner compiles them all), else the dtypes its
+// checks allow when it specializes on a tensor's dtype, else none.
 std::vector<std::string> warm_values(const OpDecl& op, const detail::SpecParam& param) {
   const auto warm = std::find_if(op.warm.begin(), op.warm.end(),
                                  [&](const auto& w) { return w.first == param.name; });
@@ -434,6 +435,15 @@ std::vector<std::string> warm_values(const OpDecl& op, const detail::SpecParam& 
     return warm->second;
   }
   const std::string& text = param.expr.text();
+  const auto tuned =
+    std::find_if(op.tune.begin(), op.tune.end(), [&](const auto& t) { return t.first == text; });
+  if (tuned != op.tune.end()) {
+    std::vector<std::string> values;
+    for (const std::int64_t v : tuned->second) {
+      values.push_back(std::to_string(v));
+    }
+    return values;
+  }
   const std::string suffix = ".dtype";
   if (text.size() > suffix.size() && text.ends_with(suffix)) {
     const std::string tensor = text.substr(0, text.size() - suffix.size());

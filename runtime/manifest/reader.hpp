@@ -132,6 +132,10 @@ bool is_identifier(std::string_view name);
 // The placeholders "{T}" of an entry, in order of first use.
 std::vector<std::string> placeholders(std::string_view entry);
 
+// Reads the tune keys of op table `o` (at `where`) into `decl` (runtime/manifest/tune_reader.cpp).
+void read_tune_decl(const ManifestReader& reader, const toml::table& o, const std::string& where,
+                    OpDecl& decl);
+
 // Reads the op table `table` (at `key`) of package `ns` whose kernels are `kernels`.
 std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
                                                    const std::string& ns, std::string_view key,

@@ -405,3 +405,26 @@ def test_importing_a_file_that_is_no_store_is_one_line(tmp_path):
     result = run("cache", "import", bad, cache=tmp_path / "cache", check=1)
     assert result.stderr.strip() == (f"kjit: cannot import '{bad}': SQLite: file is not a database "
                                      "(a kjit store of schema version 1 is needed)")
+
+
+def test_cache_ls_shows_tuned_configurations_and_export_carries_them(tmp_path):
+    """A tuned configuration (as the autotuner stores one: Note [Tuner]) is listed with its
+    timings, and travels with export and import."""
+    cache = tmp_path / "cache"
+    run("warm", "img2gray", "--arch", "sm_90", cache=cache, check=0)
+    config = ("name\tBLOCK\nname\tROWS\nbest\t256 2\npruned\t1\nbudget\t0\nseconds\t1.5\n"
+              "timing\t256 1|0.02|\ntiming\t256 2|0.0125|\ntiming\t512 2|inf|too many resources\n")
+    store = sqlite3.connect(cache / "kjit-v1.sqlite")
+    store.execute("INSERT INTO tuning VALUES(?, ?, ?, ?, ?, ?)",
+                  ("ab" * 16, "norm::rms_norm", "4096 x 4096 bfloat16", "NVIDIA H200 (sm_90, 132 SMs)", config, 0))
+    store.commit()
+    store.close()
+    text = run("cache", "ls", cache=cache, check=0).stdout
+    assert "tuned configurations:" in text
+    assert "norm::rms_norm [4096 x 4096 bfloat16] on NVIDIA H200 (sm_90, 132 SMs): BLOCK=256 ROWS=2 (0.0125 ms; 3 timed, 1 pruned" in text
+    listed = json.loads(run("cache", "ls", "--json", "--package", "norm", cache=cache, check=0).stdout)
+    assert listed == [listed[0]] and listed[0]["kind"] == "tuned" and listed[0]["best"] == [256, 2]
+    assert listed[0]["timings"][2] == {"values": [512, 2], "ms": None, "error": "too many resources"}
+    run("cache", "export", tmp_path / "baked.sqlite", cache=cache, check=0)
+    run("cache", "import", tmp_path / "baked.sqlite", cache=tmp_path / "other", check=0)
+    assert "BLOCK=256 ROWS=2" in run("cache", "ls", cache=tmp_path / "other", check=0).stdout

@@ -1,0 +1,62 @@
+// Autotuning of an op's launch parameters (Note [Tuning] in runtime/manifest/op_spec.hpp): the
+// candidates, the choice among them, and the tuned configurations kept in the store.
+//
+// Note [Tuner]: for one key (package source, op, candidate set, device, dtypes, bucket), every
+// candidate the predicate keeps is timed, the default first (so the result is never slower than
+// it); a candidate that fails (does not compile, does not launch, takes too much shared memory)
+// counts as infinitely slow; no new candidate starts once the time budget is spent. The fastest
+// is kept with every timing in the store's `tuning` table, so a later process, or a host that
+// imports the store, pays nothing. One process tunes a key at a time: the key's lock in the
+// store's lock file (as compiles), the others wait and then read what it stored. The timer and
+// the clock are given by the caller: CUDA events on a device, a fake in the tests.
+#pragma once
+
+#include <kjit/cache.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kjit::detail {
+
+class SqliteStore;
+
+using TuneValues = std::vector<std::int64_t>; // one value per tune parameter, in order
+
+// Every combination of the parameters' values, the first parameter varying slowest.
+std::vector<TuneValues> tune_candidates(const std::vector<std::vector<std::int64_t>>& lists);
+
+struct TuneHooks {
+  std::function<bool(const TuneValues&)> valid; // false: pruned, never timed; may be empty
+  // Median milliseconds of the candidate; throws (any std::exception) when it fails.
+  std::function<double(const TuneValues&)> time_ms;
+  std::function<double()> now_s; // a monotonic clock in seconds
+};
+
+// Tunes `candidates` (`fallback`, the default configuration, is timed first when valid).
+TunedConfig run_tuner(const std::vector<std::string>& names,
+                      const std::vector<TuneValues>& candidates, const TuneValues& fallback,
+                      const TuneHooks& hooks, double budget_s);
+
+// The key of a tuned configuration: XXH3-128 hex of its inputs (Note [Tuner]).
+struct TuneKeyInputs {
+  std::string package;        // the op's namespace
+  std::string package_digest; // of the package's sources and manifest
+  std::string op;
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> candidates; // names and values
+  std::string device; // name, compute capability and SM count
+  std::vector<std::string> dtypes;
+  std::vector<std::int64_t> bucket;
+};
+std::string tune_key(const TuneKeyInputs& inputs);
+
+// The configuration stored under `entry.key`, or one tuned now by `tune` and stored as `entry`
+// (op, bucket and device describe it), under the key's lock: a process that finds the lock held
+// waits, then reads what the holder stored. Without a store, `tune` runs and nothing is kept.
+TunedConfig obtain_tuned(SqliteStore* store, TunedEntryInfo entry,
+                         const std::function<TunedConfig()>& tune);
+
+} // namespace kjit::detail
