@@ -40,7 +40,7 @@ struct WarmArgs {
   std::optional<std::string> remote;
 };
 int run_warm(const WarmArgs& args);
-int run_check(const std::vector<std::string>& names, const std::string& arch);
+int run_check(const std::vector<std::string>& names, const std::string& arch, bool as_json);
 
 // kjit cache ...
 int run_cache_stats(kjit::Runtime& runtime, bool as_json);

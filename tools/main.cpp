@@ -353,6 +353,8 @@ int main(int argc, char** argv) {
              "against the kernel's parameters (no GPU needed)");
   check->add_option("packages", check_packages, "package names or folders")->required();
   check->add_option("--arch", check_arch, "archs to compile for (default: sm_90)");
+  bool check_json = false;
+  check->add_flag("--json", check_json, "print JSON");
 
   auto* cache = app.add_subcommand("cache", "inspect and manage the kernel cache");
   cache->require_subcommand(1);
@@ -465,7 +467,7 @@ int main(int argc, char** argv) {
       return run_warm(warm_args);
     }
     if (check->parsed()) {
-      return run_check(check_packages, check_arch);
+      return run_check(check_packages, check_arch, check_json);
     }
     if (info->parsed()) {
       return run_info(as_json, info_packages);

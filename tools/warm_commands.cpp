@@ -135,7 +135,7 @@ int run_warm(const WarmArgs& args) {
 
 // ---- check ----------------------------------------------------------------------------------
 
-int run_check(const std::vector<std::string>& names, const std::string& arch) {
+int run_check(const std::vector<std::string>& names, const std::string& arch, bool as_json) {
   if (names.empty()) {
     throw UsageError("name the packages to check (a name or a folder)");
   }
@@ -146,9 +146,30 @@ int run_check(const std::vector<std::string>& names, const std::string& arch) {
   }
   kjit::Runtime runtime;
   bool ok = true;
+  nlohmann::json reports = nlohmann::json::array();
   for (const auto& name : names) {
     const kjit::Package package = kjit::Package::load(kjit::find_package(name, search));
     const kjit::CheckReport report = kjit::check_package(runtime, package, targets);
+    ok = ok && report.problems.empty() && report.gaps.empty();
+    if (as_json) {
+      nlohmann::json problems = nlohmann::json::array();
+      for (const auto& p : report.problems) {
+        problems.push_back(
+          {{"op", p.op}, {"kernel", p.kernel}, {"target", p.target}, {"what", p.what}});
+      }
+      nlohmann::json gaps = nlohmann::json::array();
+      for (const auto& gap : report.gaps) {
+        gaps.push_back(
+          {{"op", gap.op}, {"kernel", gap.kernel}, {"needs", gap.needs}, {"fix", gap.fix}});
+      }
+      reports.push_back({{"package", package.name()},
+                         {"version", package.version()},
+                         {"checked", report.checked},
+                         {"compiled_only", report.unreadable},
+                         {"problems", problems},
+                         {"not_checked", gaps}});
+      continue;
+    }
     for (const auto& p : report.problems) {
       std::cerr << fmt::format("kjit: {}/{} {} for {}: {}\n", package.name(), p.op, p.kernel,
                                p.target, p.what);
@@ -165,7 +186,9 @@ int run_check(const std::vector<std::string>& names, const std::string& arch) {
                             : std::string(),
       report.gaps.empty() ? std::string()
                           : fmt::format(", {} kernel(s) not checked", report.gaps.size()));
-    ok = ok && report.problems.empty() && report.gaps.empty();
+  }
+  if (as_json) {
+    std::cout << reports.dump(2) << "\n";
   }
   return ok ? 0 : 1;
 }

@@ -247,6 +247,8 @@ def test_check_finds_a_wrong_manifest_before_a_gpu_does(tmp_path):
     (package / "kernel.toml").write_text(manifest.replace(args, 'args = ["out0", "x", "a"]'))
     bad = run("check", package, "--arch", "sm_90", cache=tmp_path / "cache", check=1)
     assert "the manifest passes 3 arguments but the kernel takes" in bad.stderr, bad.stderr
+    report = json.loads(run("check", package, "--arch", "sm_90", "--json", cache=tmp_path / "cache", check=1).stdout)
+    assert report[0]["package"] == "wrong" and "the manifest passes 3 arguments" in report[0]["problems"][0]["what"]
     (package / "kernel.toml").write_text(manifest.replace(args, args.replace('"x"', '"x.numel() > 0"', 1)))
     bad = run("check", package, "--arch", "sm_90", cache=tmp_path / "cache", check=1)
     assert "('x.numel() > 0') is a bool (1 byte), but the kernel's parameter 1 is 8 bytes" in bad.stderr, bad.stderr
