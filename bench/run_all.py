@@ -10,7 +10,8 @@ Suites: bench_runtime (C++: cold/warm first use, lookup, launch, header-heavy co
 bench_first_use.py (kjit and each peer in new processes), bench_ops.py (per call and
 bandwidth, with the peers), bench_real_ops.py (per call of in-place and optional ops, and the
 cost of each launch in an op's list, against an AOT extension), bench_kernels.py (the kernel
-library against Liger, torch.compile and eager), bench_warm.py (`kjit warm` scaling with jobs), bench_remote.py (the
+library against Liger, torch.compile and eager), bench_e2e.py (a ~1B Llama forward and
+training step: eager, kjit.kernelize and Liger's patched model), bench_warm.py (`kjit warm` scaling with jobs), bench_remote.py (the
 fleet tier against real redis-servers).
 """
 
@@ -25,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SUITES = ["runtime", "first_use", "ops", "real_ops", "kernels", "warm", "remote"]
+SUITES = ["runtime", "first_use", "ops", "real_ops", "kernels", "e2e", "warm", "remote"]
 
 
 def run(name, command, out):
@@ -277,6 +278,22 @@ def render(out, command, note=""):
         notes = HERE / "KERNELS_NOTES.md"
         if notes.exists():
             lines += ["", notes.read_text().rstrip()]
+    e2e = load(out, "e2e") or {}
+    if e2e.get("forward") or e2e.get("training"):
+        systems = ["torch eager", "kjit", "Liger"]
+        lines += ["", "## End to end (`bench_e2e.py`)", "",
+                  f"A Llama-style model of {e2e['params'] / 1e9:.2f}B parameters, bfloat16, "
+                  f"{e2e['tokens']} tokens a step, on {e2e['device']} (torch {e2e['torch']}, "
+                  f"transformers {e2e['transformers']}), {e2e['date']}: tokens/s (and vs eager).", "",
+                  "| pass | " + " | ".join(systems) + " |", "|---|" + "---|" * len(systems)]
+        for phase in ("forward", "training"):
+            got = e2e.get(phase, {})
+            base = got.get("torch eager")
+            errors = e2e.get("errors", {})
+            cells = [f"{got[n]:,.0f}" + (f" ({got[n] / base:.2f}x)" if base else "") if n in got
+                     else f"failed: {errors[f'{phase} {n}']}" if f"{phase} {n}" in errors
+                     else "not run" for n in systems]
+            lines.append(f"| {phase} | " + " | ".join(cells) + " |")
     if warm.get("rows"):
         lines += ["", f"## Pre-warm throughput (`bench_warm.py`, {warm['cores']} cores)", "",
                   f"`kjit warm` of img2gray and activation for {warm['archs']}, empty cache each time.",
@@ -425,6 +442,8 @@ def main():
                              str(out / "real_ops.json")], out)
         if "kernels" in suites:
             run("kernels", [py, str(HERE / "bench_kernels.py"), "--json", str(out / "kernels.json")], out)
+        if "e2e" in suites:
+            run("e2e", [py, str(HERE / "bench_e2e.py"), "--json", str(out / "e2e.json")], out)
         if "warm" in suites:
             run("warm", [py, str(HERE / "bench_warm.py"), "--kjit", str(build / "tools" / "kjit"),
                          "--json", str(out / "warm.json")], out)
