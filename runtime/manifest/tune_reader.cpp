@@ -53,14 +53,14 @@ void read_tune_decl(const ManifestReader& reader, const toml::table& o, const st
   for (const auto& [name, value] : *d) {
     const std::string at = where + ".tune_default." + std::string(name.str());
     if (std::none_of(decl.tune.begin(), decl.tune.end(),
-                     [&](const auto& p) { return p.first == name.str(); })) {
+                     [&name = name](const auto& p) { return p.first == name.str(); })) {
       reader.fail(at, &value, fmt::format("'{}' is not a parameter of 'tune'", name.str()));
     }
     decl.tune_default.emplace_back(std::string(name.str()), reader.expression_text(value, at));
   }
   for (const auto& [name, values] : decl.tune) {
     if (std::none_of(decl.tune_default.begin(), decl.tune_default.end(),
-                     [&](const auto& p) { return p.first == name; })) {
+                     [&name = name](const auto& p) { return p.first == name; })) {
       reader.fail(where + ".tune_default", defaults,
                   fmt::format("no default for tune parameter '{}'", name));
     }
