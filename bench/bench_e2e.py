@@ -14,6 +14,7 @@ linear cross-entropy, as Liger applies it by default), each the same weights. Th
 timed repeats after warm-up, synchronized.
 
   python3 bench/bench_e2e.py [--json FILE] [--layers N] [--batch B] [--seq S]
+  python3 bench/bench_e2e.py --tiny --device cpu   (a smoke test of the script: tests/python)
 """
 
 import argparse
@@ -30,24 +31,34 @@ import torch
 import kjit
 
 
-def config(layers):
+def config(layers, tiny=False):
     import transformers
 
+    if tiny:
+        return transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                                        num_hidden_layers=layers, num_attention_heads=4,
+                                        num_key_value_heads=2, max_position_embeddings=256,
+                                        attn_implementation="sdpa")
     return transformers.LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
                                     num_hidden_layers=layers, num_attention_heads=32,
                                     num_key_value_heads=8, max_position_embeddings=8192,
                                     rope_theta=500000.0, attn_implementation="sdpa")
 
 
-def timed(fn, warmup=2, repeats=5):
+def synchronize(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, warmup=2, repeats=5):
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    synchronize(device)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -66,17 +77,23 @@ def main():
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=2048)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--tiny", action="store_true", help="a 64-wide model, for a smoke test")
     args = parser.parse_args()
     import transformers
 
-    device = torch.cuda.get_device_name()
+    if args.tiny:
+        args.layers, args.batch, args.seq = 2, 2, 16
+    where = args.device
+    device = torch.cuda.get_device_name() if where == "cuda" else where
     print(f"device: {device}, torch {torch.__version__}, transformers {transformers.__version__}, "
           f"kjit {kjit.__version__}", flush=True)
     torch.manual_seed(0)
-    base = transformers.LlamaForCausalLM(config(args.layers)).to("cuda", torch.bfloat16)
+    base = transformers.LlamaForCausalLM(config(args.layers, args.tiny)).to(where, torch.bfloat16)
+    vocab = base.config.vocab_size
     params = sum(p.numel() for p in base.parameters())
     tokens = args.batch * args.seq
-    ids = torch.randint(0, 128256, (args.batch, args.seq), device="cuda")
+    ids = torch.randint(0, vocab, (args.batch, args.seq), device=where)
     print(f"{params / 1e9:.2f}B parameters, {tokens} tokens a step", flush=True)
     results = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__,
                "date": datetime.date.today().isoformat(), "params": params, "tokens": tokens,
@@ -120,14 +137,15 @@ def main():
                         torch.testing.assert_close(loss, reference["training"], rtol=2e-2, atol=2e-2)
                     else:
                         reference["training"] = loss
-                seconds = timed(step, repeats=5 if phase == "forward" else 3)
+                seconds = timed(step, where, repeats=5 if phase == "forward" else 3)
                 results[phase][name] = tokens / seconds
                 print(f"{phase} {name}: {tokens / seconds:,.0f} tokens/s ({seconds * 1e3:.1f} ms)", flush=True)
             except Exception as e:  # a system that fails is reported, not fatal
                 results["errors"][f"{phase} {name}"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 print(f"{phase} {name}: {results['errors'][f'{phase} {name}']}", flush=True)
             del model
-            torch.cuda.empty_cache()
+            if where == "cuda":
+                torch.cuda.empty_cache()
             if args.json:
                 Path(args.json).write_text(json.dumps(results, indent=1))
     for phase in ["forward", "training"]:

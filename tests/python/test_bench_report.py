@@ -1,8 +1,13 @@
 """bench/RESULTS.md is what bench/run_all.py makes of the JSON results kept beside it: no number
 in the report is typed by hand."""
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -23,3 +28,19 @@ def test_every_target_row_says_whether_it_is_met():
     rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert len(rows) >= 10
     assert all(line.endswith("| yes |") or line.endswith("| **no** |") for line in rows)
+
+
+def test_the_end_to_end_benchmark_runs_a_tiny_model_on_cpu(tmp_path):
+    """bench_e2e.py's flow (eager, kernelize, Liger; same logits and loss checked before timing)
+    on a 64-wide model on CPU, so that a GPU run does not find a broken script. Liger may be
+    missing here: it is then reported, not fatal."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "e2e.json"
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_e2e.py"), "--tiny", "--device", "cpu",
+                             "--json", str(out)], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "KJIT_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    for phase in ("forward", "training"):
+        assert {"torch eager", "kjit"} <= set(report[phase]), report
+        assert f"{phase} kjit" not in report["errors"], report["errors"]
