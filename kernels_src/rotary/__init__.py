@@ -4,7 +4,7 @@ the same float32 arithmetic and the same rounding points."""
 import torch
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool, backward: bool = False):
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool):
     """Rotates the first cos.shape[-1] * 2 dims of x's last dim (float32 in, float32 out); cos and
     sin hold one value per pair."""
     half = cos.shape[-1]
@@ -13,10 +13,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool, b
         x1, x2 = rot[..., :half], rot[..., half:]
     else:
         x1, x2 = rot[..., 0::2], rot[..., 1::2]
-    if backward:
-        y1, y2 = x1 * cos + x2 * sin, x2 * cos - x1 * sin
-    else:
-        y1, y2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    y1, y2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
     y = torch.cat((y1, y2), -1) if neox else torch.stack((y1, y2), -1).flatten(-2)
     return torch.cat((y, rest), -1)
 
