@@ -90,6 +90,16 @@ bool EntryFilter::matches(const CacheEntryInfo& entry) const {
          (arch.empty() || entry.arch == arch) && (key.empty() || entry.key.starts_with(key));
 }
 
+bool EntryFilter::matches(const TunedEntryInfo& entry) const {
+  const auto sep = entry.op.find("::");
+  const std::string ns = entry.op.substr(0, sep);
+  const std::string name = sep == std::string::npos ? entry.op : entry.op.substr(sep + 2);
+  return (package.empty() || ns == package || ns.starts_with(package + "_v")) &&
+         version.empty() && (op.empty() || name == op) &&
+         (arch.empty() || entry.device.find("(" + arch + ",") != std::string::npos) &&
+         (key.empty() || entry.key.starts_with(key));
+}
+
 std::uint64_t Cache::remove(const EntryFilter& filter) {
   if (filter.empty()) {
     throw CacheError("name the entries to remove (a package, version, op, arch or key); "
@@ -102,7 +112,13 @@ std::uint64_t Cache::remove(const EntryFilter& filter) {
       keys.push_back(entry.key);
     }
   }
-  return keys.empty() ? 0 : store.remove(keys);
+  std::vector<std::string> tuned;
+  for (const auto& entry : store.tuned_entries()) {
+    if (filter.matches(entry)) {
+      tuned.push_back(entry.key);
+    }
+  }
+  return (keys.empty() ? 0 : store.remove(keys)) + (tuned.empty() ? 0 : store.remove_tuned(tuned));
 }
 
 std::uint64_t Cache::export_to(const std::filesystem::path& file,

@@ -88,6 +88,7 @@ public:
   std::optional<TunedEntryInfo> get_tuned(const std::string& key) const;
   void put_tuned(const TunedEntryInfo& entry) noexcept;
   std::vector<TunedEntryInfo> tuned_entries() const; // throws CacheError
+  std::uint64_t remove_tuned(const std::vector<std::string>& keys); // throws CacheError
 
   // Records (with the next write) the origin and key fields of an entry found by a lookup whose
   // program has another origin than the one stored (Note [Provenance]). Never throws.

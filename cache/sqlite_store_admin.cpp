@@ -31,6 +31,30 @@ std::uint64_t SqliteStore::remove(const std::vector<std::string>& keys) {
   return removed;
 }
 
+std::uint64_t SqliteStore::remove_tuned(const std::vector<std::string>& keys) {
+  require_writable("remove tuned configurations of");
+  std::lock_guard lock(m_mutex);
+  if (!m_has_tuning) {
+    return 0;
+  }
+  std::uint64_t removed = 0;
+  try {
+    m_db.exec("BEGIN IMMEDIATE");
+    Statement remove(m_db, "DELETE FROM tuning WHERE key = ?1");
+    for (const auto& key : keys) {
+      remove.reset();
+      remove.bind(1, key);
+      remove.step();
+      removed += static_cast<std::uint64_t>(sqlite3_changes(m_db.get()));
+    }
+    m_db.exec("COMMIT");
+  } catch (const SqliteFailure& failure) {
+    sqlite3_exec(m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    fail("remove tuned configurations of", failure);
+  }
+  return removed;
+}
+
 CacheStats SqliteStore::stats() const {
   std::lock_guard lock(m_mutex);
   CacheStats stats;

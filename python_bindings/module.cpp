@@ -320,6 +320,36 @@ PYBIND11_MODULE(_C, m) {
     },
     py::arg("path"), py::arg("scope") = std::string(),
     "Adds a read-only store; with `scope` (an op namespace) it serves only that package.");
+  m.def("set_tune_mode", &kjit::torch_layer::set_tune_mode, py::arg("namespace"), py::arg("op"),
+        py::arg("mode"), py::arg("values") = std::vector<std::int64_t>{},
+        "How the op's CUDA kernel picks its tune parameters: 'tuned', 'default' or 'fixed' "
+        "(Note [Tuning]).");
+  m.def("forget_tuned", &kjit::torch_layer::forget_tuned, py::arg("namespace"), py::arg("op"),
+        "Forgets the tuned configurations this process holds for the op (the store keeps them).");
+  m.def("tuned_entries", [] {
+    py::list out;
+    for (const auto& e : kjit::torch_layer::runtime().cache().tuned_entries()) {
+      py::dict d;
+      d["key"] = e.key;
+      d["op"] = e.op;
+      d["bucket"] = e.bucket;
+      d["device"] = e.device;
+      d["names"] = e.config.names;
+      d["best"] = e.config.best;
+      py::list timings;
+      for (const auto& t : e.config.timings) {
+        timings.append(py::make_tuple(t.values, t.ms, t.error));
+      }
+      d["timings"] = timings;
+      d["pruned"] = e.config.pruned;
+      d["budget_exhausted"] = e.config.budget_exhausted;
+      d["seconds"] = e.config.seconds;
+      d["created"] = e.created;
+      d["store"] = e.store;
+      out.append(d);
+    }
+    return out;
+  });
   m.def("reserved_namespaces", &kjit::reserved_namespaces);
   m.def("cache_info", [] {
     kjit::Runtime& rt = kjit::torch_layer::runtime();

@@ -212,6 +212,17 @@ py::dict export_op(const detail::OpSpec& spec) {
   d["returns"] = returns;
   d["checks"] = checks;
   d["outputs"] = outputs;
+  py::list tune; // Note [Tuning]: (name, candidate values) per parameter, for kjit.tuning
+  for (const auto& param : spec.tune.params) {
+    tune.append(py::make_tuple(param.name, param.values));
+  }
+  d["tune"] = tune;
+  d["tune_valid"] = spec.tune.valid ? spec.tune.valid->text() : std::string();
+  py::list tune_key;
+  for (const auto& key : spec.tune.key) {
+    tune_key.append(key.text());
+  }
+  d["tune_key"] = tune_key;
   if (spec.backward) {
     py::list args;
     for (const auto& arg : spec.backward->args) {

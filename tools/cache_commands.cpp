@@ -96,13 +96,7 @@ int run_cache_ls(kjit::Runtime& runtime, const kjit::EntryFilter& filter, bool a
   }
   std::vector<kjit::TunedEntryInfo> tuned;
   for (auto& t : runtime.cache().tuned_entries()) {
-    const auto sep = t.op.find("::");
-    const std::string package = t.op.substr(0, sep);
-    const std::string op = sep == std::string::npos ? t.op : t.op.substr(sep + 2);
-    if ((filter.package.empty() || package == filter.package) &&
-        (filter.op.empty() || op == filter.op) &&
-        (filter.arch.empty() || t.device.find(filter.arch) != std::string::npos) &&
-        filter.version.empty() && filter.key.empty()) {
+    if (filter.matches(t)) {
       tuned.push_back(std::move(t));
     }
   }

@@ -330,7 +330,8 @@ int main(int argc, char** argv) {
       "  bundle OUT          copy the locked packages and a pre-warmed store into a folder\n"
       "  wheel PACKAGE       build a py3-none-any wheel of a kernel package\n"
       "  versions NAME       the installed versions of a package\n"
-      "  info NAME           a package: version, ops with schemas, kernels, source hash\n");
+      "  info NAME           a package: version, ops with schemas, kernels, source hash\n"
+      "  tune PACKAGE        tune ops' launch parameters for shapes on this GPU, into the store\n");
   }
   app.set_version_flag("--version", std::string(kjit::version()));
 
@@ -447,7 +448,7 @@ int main(int argc, char** argv) {
       known += (known.empty() ? "" : ", ") + sub->get_name();
     }
     if (const char* python = std::getenv("KJIT_PYTHON_CLI"); python != nullptr && *python != '\0') {
-      known += ", fetch, lock, sync, bundle, wheel, versions";
+      known += ", fetch, lock, sync, bundle, wheel, versions, tune";
     }
     if (!found) {
       std::cerr << fmt::format("kjit: unknown command '{}' (commands: {}; kjit --help)\n", argv[1],

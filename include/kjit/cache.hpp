@@ -85,30 +85,6 @@ struct CacheEntryInfo {
   std::string key_fields;       // what entered its key, one "field<TAB>value" per line
 };
 
-// Which entries a listing or a removal is about; an empty field matches every entry.
-struct EntryFilter {
-  std::string package;
-  std::string version; // the package's version
-  std::string op;      // an op that launches the entry's kernel
-  std::string arch;    // "sm_90"
-  std::string key;     // a prefix of the key
-  bool empty() const noexcept {
-    return package.empty() && version.empty() && op.empty() && arch.empty() && key.empty();
-  }
-  bool matches(const CacheEntryInfo& entry) const;
-};
-
-// Why a lookup of a program hits or misses (`Runtime::explain`, `kjit cache why`).
-struct LookupExplanation {
-  std::string key;   // the lookup's key
-  bool hit = false;  // an entry of that key is in a store that serves the program
-  std::string store; // the store file that holds it (on a hit) or the nearest entry (on a miss)
-  std::size_t candidates = 0; // on a miss: entries of a program of that name in the stores
-  std::string nearest;        // on a miss: the key of the one that differs least, if any
-  std::vector<std::string> differences; // what differs from it, one sentence each
-  bool recorded = true; // false when the nearest entry's sources were not recorded (older kjit)
-};
-
 // A tuned launch configuration (Note [Tuner] in runtime/tune/tuner.hpp): the fastest candidate
 // of one op, bucket and device, with every candidate's time.
 struct TuneTiming {
@@ -132,6 +108,33 @@ struct TunedEntryInfo {
   TunedConfig config;
   std::int64_t created = 0; // unix seconds
   std::string store;        // the read-only store that holds it; empty: the writable store
+};
+
+// Which entries a listing or a removal is about; an empty field matches every entry.
+struct EntryFilter {
+  std::string package;
+  std::string version; // the package's version
+  std::string op;      // an op that launches the entry's kernel
+  std::string arch;    // "sm_90"
+  std::string key;     // a prefix of the key
+  bool empty() const noexcept {
+    return package.empty() && version.empty() && op.empty() && arch.empty() && key.empty();
+  }
+  bool matches(const CacheEntryInfo& entry) const;
+  // A tuned configuration matches by its op's namespace and name, the arch in its device, and
+  // its key; never with a version (it is keyed by the package's sources, not its version).
+  bool matches(const TunedEntryInfo& entry) const;
+};
+
+// Why a lookup of a program hits or misses (`Runtime::explain`, `kjit cache why`).
+struct LookupExplanation {
+  std::string key;   // the lookup's key
+  bool hit = false;  // an entry of that key is in a store that serves the program
+  std::string store; // the store file that holds it (on a hit) or the nearest entry (on a miss)
+  std::size_t candidates = 0; // on a miss: entries of a program of that name in the stores
+  std::string nearest;        // on a miss: the key of the one that differs least, if any
+  std::vector<std::string> differences; // what differs from it, one sentence each
+  bool recorded = true; // false when the nearest entry's sources were not recorded (older kjit)
 };
 
 // What `Cache::verify` found.

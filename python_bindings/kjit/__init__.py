@@ -8,6 +8,7 @@
     k((blocks,), (256,), (x, y, n))         # tensors, ints, floats, bools
 
     kjit.kernelize(model, mode="training")  # a transformers model's norms and MLPs on kjit
+    kjit.tuning.entries()                   # the tuned launch configurations in the store
 """
 
 # Note [Lazy kjit]: `import kjit` imports neither torch nor the extension; the first use of
@@ -23,6 +24,7 @@ __all__ = [
     "cache_info",
     "search_path",
     "kernelize",
+    "tuning",
     "register_layer",
     "KernelizeReport",
     "Error",
@@ -46,7 +48,9 @@ def __getattr__(name: str):
 
     if name.startswith("__") and name != "__version__":
         raise AttributeError(f"module 'kjit' has no attribute {name!r}")
-    if name.startswith("_") and name != "__version__" and importlib.util.find_spec(f"{__name__}.{name}"):
+    if name == "tuning" or (
+        name.startswith("_") and name != "__version__" and importlib.util.find_spec(f"{__name__}.{name}")
+    ):
         return importlib.import_module(f"{__name__}.{name}")  # a submodule: kjit._C, kjit._packages
     api = importlib.import_module(f"{__name__}._api")
     try:

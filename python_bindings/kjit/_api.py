@@ -46,6 +46,7 @@ atexit.register(_C.flush_remote)
 
 _lock = threading.Lock()
 _loaded: dict[str, types.ModuleType] = {}  # manifest path -> module
+_ops: dict[str, dict] = {}  # "namespace::op" -> its spec as load_package gave it (kjit.tuning)
 
 
 def search_path() -> list[Path]:
@@ -181,6 +182,8 @@ def _register(
                 )
             functions[op["name"]] = function
         _torch_layer.register(info, functions)
+        for op in info["ops"]:
+            _ops[f"{info['namespace']}::{op['name']}"] = op
 
         module = types.ModuleType(namespace)
         lines = [f"kjit package {namespace} {info['version']}: {info['description']}", ""]

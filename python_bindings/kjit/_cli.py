@@ -1,6 +1,7 @@
 """The `kjit` command installed with the Python package.
 
-Distribution commands run here (fetch, lock, sync, bundle, wheel, versions, info NAME); everything else
+Distribution commands run here (fetch, lock, sync, bundle, wheel, versions, info NAME) and tune
+(it times kernels through torch); everything else
 runs the bundled C++ tool (warm, cache, info, compile, new). Exit codes: 0 success, 1 failure,
 2 usage errors.
 """
@@ -13,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-PYTHON_COMMANDS = {"fetch", "lock", "sync", "bundle", "wheel", "versions"}
+PYTHON_COMMANDS = {"fetch", "lock", "sync", "bundle", "wheel", "versions", "tune"}
 
 
 def executable() -> Path:
@@ -79,7 +80,40 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("name", help="a package name")
     info.add_argument("--version", help="a version or range (default: the highest installed)")
     info.add_argument("--json", action="store_true", help="print JSON")
+    tune = command("tune", "tune ops' launch parameters for shapes on this GPU, into the store")
+    tune.add_argument("package", help="a package name or folder")
+    tune.add_argument("--op", action="append", help="an op to tune (repeatable; default: every op with tune parameters)")
+    tune.add_argument("--shape", action="append", required=True, type=_tune_shape,
+                      help="one call's tensors, NAME=DIMS[:DTYPE],... e.g. x=8x4096,weight=4096 (repeatable)")
+    tune.add_argument("--arg", action="append", default=[], type=_tune_arg,
+                      help="a non-tensor argument NAME=VALUE (default: the schema's)")
+    tune.add_argument("--dtype", default="float32", help="the dtype of tensors given without one (default: float32)")
+    tune.add_argument("--budget", type=float, help="seconds of tuning per bucket at most (KJIT_TUNE_BUDGET; default 30)")
+    tune.add_argument("--json", action="store_true", help="print JSON")
     return parser
+
+
+def _tune_shape(text: str) -> dict[str, tuple[list[int], str | None]]:
+    """'x=8x4096:bfloat16,weight=4096' -> {'x': ([8, 4096], 'bfloat16'), 'weight': ([4096], None)}."""
+    tensors = {}
+    for item in text.split(","):
+        name, sep, spec = item.strip().partition("=")
+        dims, _, dtype = spec.partition(":")
+        try:
+            shape = [int(d) for d in dims.split("x")] if dims else []
+        except ValueError:
+            shape = None
+        if not sep or not name.isidentifier() or shape is None or any(d < 0 for d in shape):
+            raise argparse.ArgumentTypeError(f"'{text}' is not NAME=DIMS[:DTYPE],... (e.g. x=8x4096:bfloat16,weight=4096)")
+        tensors[name] = (shape, dtype or None)
+    return tensors
+
+
+def _tune_arg(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"'{text}' is not NAME=VALUE")
+    return name, value
 
 
 def _run_python(argv: list[str]) -> int:
@@ -88,6 +122,10 @@ def _run_python(argv: list[str]) -> int:
 
     # A warning is one line, as the C++ half writes them (not Python's file:line: UserWarning).
     warnings.showwarning = lambda message, *_: print(f"kjit: warning: {message}", file=sys.stderr)
+    if args.command == "tune":
+        from kjit import _tune_command  # torch: it times kernels through the ops
+
+        return _tune_command.run(args)
     from kjit import _locking, _packages  # not torch (Note [Lazy kjit]): these commands never need it
 
     if args.command == "fetch":

@@ -111,8 +111,9 @@ const DeviceProps& device_props(int device) {
   }
   std::call_once(g_props_once[device], [device] {
     const DeviceInfo info = device_info(device);
-    g_props[device] = DeviceProps{info.sm_count, info.max_shared_mem_optin,
-                                  info.arch.major * 10 + info.arch.minor, info.warp_size};
+    g_props[device] =
+      DeviceProps{info.sm_count, info.max_shared_mem_optin, info.arch.major * 10 + info.arch.minor,
+                  info.warp_size, info.name};
   });
   return g_props[device];
 }

@@ -34,6 +34,7 @@ struct DeviceProps {
   std::int64_t max_shared_mem = 0; // per block, opt-in
   std::int64_t cc = 0;
   std::int64_t warp_size = 0;
+  std::string name; // "NVIDIA H200"
 };
 const DeviceProps& device_props(int device);
 
@@ -51,6 +52,9 @@ struct CallEnv {
   std::size_t list_used = 0; // items of list_items taken
   const TorchApi* api = nullptr;
   const DeviceProps* props = nullptr; // set before launch-time expressions
+  // While the tuner times candidates: the scratch copies the kernels get instead of the written
+  // arguments' data (null entries: the argument's own). Null on every other call.
+  const std::array<void*, k_max_symbols>* scratch = nullptr;
 
   Int size(int t, std::int64_t d) const { return tensors[t].sizes[d]; }
   Int stride(int t, std::int64_t d) const { return tensors[t].strides[d]; }

@@ -34,7 +34,9 @@
 #include <kjit/package.hpp>
 #include <kjit/runtime.hpp>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kjit::torch_layer {
 
@@ -57,5 +59,15 @@ void check_package(const Package& package);
 // Registers the CUDA kernels of `package`'s ops under `torch.ops.<ns>` (its schemas must be
 // defined). Needs `attach` (abi.hpp). Registrations live for the process.
 void register_cuda(const Package& package, const std::string& ns);
+
+// Note [Tuning]: how the CUDA kernels of op `ns::name` (and its twin) pick their tune parameters
+// from now on: "tuned" (per bucket, the default), "default" (the package's rule) or "fixed"
+// (`values`, one per parameter, for every call). Throws kjit::Error for an op that is not
+// registered, has no tune parameters, or a wrong number of values.
+void set_tune_mode(const std::string& ns, const std::string& name, const std::string& mode,
+                   const std::vector<std::int64_t>& values);
+
+// Forgets the tuned configurations this process holds for `ns::name` (the stores keep theirs).
+void forget_tuned(const std::string& ns, const std::string& name);
 
 } // namespace kjit::torch_layer

@@ -41,7 +41,23 @@ namespace kjit::detail {
   X(cuMemcpyHtoD)                                                                                  \
   X(cuMemcpyDtoH)                                                                                  \
   X(cuMemsetD8)                                                                                    \
-  X(cuMemsetD8Async)
+  X(cuMemsetD8Async)                                                                               \
+  X(cuMemcpyDtoDAsync)                                                                             \
+  X(cuStreamCreate)                                                                                \
+  X(cuStreamDestroy)                                                                               \
+  X(cuStreamSynchronize)                                                                           \
+  X(cuStreamIsCapturing)                                                                           \
+  X(cuStreamBeginCapture)                                                                          \
+  X(cuStreamEndCapture)                                                                            \
+  X(cuGraphInstantiate)                                                                            \
+  X(cuGraphLaunch)                                                                                 \
+  X(cuGraphExecDestroy)                                                                            \
+  X(cuGraphDestroy)                                                                                \
+  X(cuEventCreate)                                                                                 \
+  X(cuEventDestroy)                                                                                \
+  X(cuEventRecord)                                                                                 \
+  X(cuEventSynchronize)                                                                            \
+  X(cuEventElapsedTime)
 
 // Functions that older drivers lack; their entries may be null.
 #define KJIT_DRIVER_OPTIONAL_FUNCTIONS(X) X(cuKernelGetParamInfo) /* CUDA 12.4 */

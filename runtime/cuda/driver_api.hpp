@@ -64,6 +64,26 @@ using CUlibrary = struct CUlib_st*;
 using CUkernel = struct CUkern_st*;
 using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
+using CUevent = struct CUevent_st*;
+using CUgraph = struct CUgraph_st*;
+using CUgraphExec = struct CUgraphExec_st*;
+
+enum CUstreamCaptureStatus_enum : int {
+  CU_STREAM_CAPTURE_STATUS_NONE = 0,
+  CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+  CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
+};
+using CUstreamCaptureStatus = CUstreamCaptureStatus_enum;
+
+enum CUstreamCaptureMode_enum : int {
+  CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+  CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+  CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+};
+using CUstreamCaptureMode = CUstreamCaptureMode_enum;
+
+constexpr unsigned int CU_STREAM_NON_BLOCKING = 0x1;
+constexpr unsigned int CU_EVENT_DEFAULT = 0x0;
 
 #define cuDeviceTotalMem cuDeviceTotalMem_v2
 #define cuMemAlloc cuMemAlloc_v2
@@ -71,6 +91,13 @@ using CUstream = struct CUstream_st*;
 #define cuMemcpyHtoD cuMemcpyHtoD_v2
 #define cuMemcpyDtoH cuMemcpyDtoH_v2
 #define cuMemsetD8 cuMemsetD8_v2
+#define cuMemcpyDtoDAsync cuMemcpyDtoDAsync_v2
+#define cuStreamDestroy cuStreamDestroy_v2
+#define cuEventDestroy cuEventDestroy_v2
+#define cuStreamBeginCapture cuStreamBeginCapture_v2
+#define cuGraphInstantiate cuGraphInstantiateWithFlags
+// cuEventElapsedTime stays the first version: every 12.x driver has it (cuda.h 12.8+ maps the
+// name to _v2, which older drivers lack; both read two events of one context the same way).
 
 CUresult cuInit(unsigned int flags);
 CUresult cuDriverGetVersion(int* version);
@@ -108,5 +135,22 @@ CUresult cuMemcpyDtoH(void* destination, CUdeviceptr source, std::size_t bytes);
 CUresult cuMemsetD8(CUdeviceptr destination, unsigned char value, std::size_t count);
 CUresult cuMemsetD8Async(CUdeviceptr destination, unsigned char value, std::size_t count,
                          CUstream stream);
+CUresult cuMemcpyDtoDAsync(CUdeviceptr destination, CUdeviceptr source, std::size_t bytes,
+                           CUstream stream);
+CUresult cuStreamCreate(CUstream* stream, unsigned int flags);
+CUresult cuStreamDestroy(CUstream stream);
+CUresult cuStreamSynchronize(CUstream stream);
+CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status);
+CUresult cuStreamBeginCapture(CUstream stream, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph);
+CUresult cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, unsigned long long flags);
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
+CUresult cuGraphExecDestroy(CUgraphExec exec);
+CUresult cuGraphDestroy(CUgraph graph);
+CUresult cuEventCreate(CUevent* event, unsigned int flags);
+CUresult cuEventDestroy(CUevent event);
+CUresult cuEventRecord(CUevent event, CUstream stream);
+CUresult cuEventSynchronize(CUevent event);
+CUresult cuEventElapsedTime(float* milliseconds, CUevent start, CUevent end);
 
 } // extern "C"

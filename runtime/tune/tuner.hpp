@@ -3,7 +3,10 @@
 //
 // Note [Tuner]: for one key (package source, op, candidate set, device, dtypes, bucket), every
 // candidate the predicate keeps is timed, the default first (so the result is never slower than
-// it); a candidate that fails (does not compile, does not launch, takes too much shared memory)
+// it, also when the budget stops the tuner; the default is timed even when its value, an
+// expression of the arguments, is not among the candidates), and another candidate displaces the
+// default only when it is more than 1% faster (a tie is noise, and keeps the package's rule); a
+// candidate that fails (does not compile, does not launch, takes too much shared memory)
 // counts as infinitely slow; no new candidate starts once the time budget is spent. The fastest
 // is kept with every timing in the store's `tuning` table, so a later process, or a host that
 // imports the store, pays nothing. One process tunes a key at a time: the key's lock in the
@@ -12,6 +15,7 @@
 #pragma once
 
 #include <kjit/cache.hpp>
+#include <kjit/package.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -23,6 +27,7 @@
 namespace kjit::detail {
 
 class SqliteStore;
+struct OpSpec;
 
 using TuneValues = std::vector<std::int64_t>; // one value per tune parameter, in order
 
@@ -36,7 +41,7 @@ struct TuneHooks {
   std::function<double()> now_s; // a monotonic clock in seconds
 };
 
-// Tunes `candidates` (`fallback`, the default configuration, is timed first when valid).
+// Tunes `candidates` (`fallback`, the default configuration, is timed first).
 TunedConfig run_tuner(const std::vector<std::string>& names,
                       const std::vector<TuneValues>& candidates, const TuneValues& fallback,
                       const TuneHooks& hooks, double budget_s);
@@ -58,5 +63,20 @@ std::string tune_key(const TuneKeyInputs& inputs);
 // waits, then reads what the holder stored. Without a store, `tune` runs and nothing is kept.
 TunedConfig obtain_tuned(SqliteStore* store, TunedEntryInfo entry,
                          const std::function<TunedConfig()>& tune);
+
+// The configuration stored under `key` in the writable store, else in the first read-only store
+// that serves `scope` (a package's op namespace; Cache::add_read_only_path), or nothing.
+std::optional<TunedConfig> find_tuned(const Cache& cache, const std::string& scope,
+                                      const std::string& key);
+
+// find_tuned, else obtain_tuned on the writable store (tuning without keeping the result when
+// there is none).
+TunedConfig obtain_tuned(const Cache& cache, const std::string& scope, TunedEntryInfo entry,
+                         const std::function<TunedConfig()>& tune);
+
+// The digest that stands for an op's sources in its tuning key: the package's manifest and the
+// programs (sources, headers, options) of the kernels the op launches. Throws what loading a
+// program throws.
+std::string op_source_digest(const Package& package, const OpSpec& op);
 
 } // namespace kjit::detail

@@ -14,6 +14,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <stdexcept>
 #include <thread>
@@ -238,4 +240,112 @@ TEST_CASE("one process tunes a key at a time; the others wait and read its resul
   CHECK(kjit::detail::obtain_tuned(nullptr, {key, "tuned::f", "1", "dev", {}, 0, {}}, tune).best ==
         std::vector<std::int64_t>{2});
   CHECK(tunings == 2);
+}
+
+TEST_CASE("the default is timed even outside the candidates, and keeps a tie", "[tune]") {
+  const auto candidates = kjit::detail::tune_candidates({{128, 256}});
+  FakeClock clock;
+  // The default rule said 192, which no list names; 256 is 0.5% faster: noise, the default stays.
+  auto tie = kjit::detail::run_tuner(
+    {"B"}, candidates, {192}, hooks(clock, {{{192}, 1.0}, {{128}, 2.0}, {{256}, 0.995}}), 60.0);
+  REQUIRE(tie.timings.size() == 3);
+  CHECK(tie.timings.front().values == TuneValues{192});
+  CHECK(tie.best == TuneValues{192});
+  // 2% faster displaces it; among the others the plain fastest wins.
+  FakeClock again;
+  auto win = kjit::detail::run_tuner(
+    {"B"}, candidates, {192}, hooks(again, {{{192}, 1.0}, {{128}, 0.98}, {{256}, 0.975}}), 60.0);
+  CHECK(win.best == TuneValues{256});
+  // A default that fails gives way to any candidate that runs.
+  FakeClock third;
+  auto failed =
+    kjit::detail::run_tuner({"B"}, candidates, {192}, hooks(third, {{{256}, 3.0}}), 60.0);
+  CHECK(failed.best == TuneValues{256});
+}
+
+TEST_CASE("tuned configurations are found in the writable store, then in read-only stores of "
+          "the package's scope",
+          "[tune]") {
+  TempDir dir;
+  const std::string key =
+    kjit::detail::tune_key({"tuned", "d", "f", {{"B", {1, 2}}}, "dev", {}, {7}});
+  kjit::TunedConfig shipped;
+  shipped.names = {"B"};
+  shipped.best = {1};
+  {
+    kjit::Runtime maker(kjit::RuntimeOptions{.cache_dir = dir / "maker"});
+    maker.cache().store()->put_tuned({key, "tuned::f", "7", "dev", shipped, 0, {}});
+    REQUIRE(maker.cache().export_to(dir / "shipped.sqlite", {}) == 0);
+  }
+  int tunings = 0;
+  auto tune = [&] {
+    ++tunings;
+    kjit::TunedConfig config;
+    config.names = {"B"};
+    config.best = {2};
+    return config;
+  };
+  {
+    // A store shipped for another package does not serve this one: tuned here.
+    kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = dir / "a"});
+    REQUIRE(runtime.cache().add_read_only_path(dir / "shipped.sqlite", "other"));
+    CHECK_FALSE(kjit::detail::find_tuned(runtime.cache(), "tuned", key).has_value());
+    CHECK(kjit::detail::obtain_tuned(runtime.cache(), "tuned",
+                                     {key, "tuned::f", "7", "dev", {}, 0, {}}, tune)
+            .best == std::vector<std::int64_t>{2});
+    CHECK(tunings == 1);
+    // Now the writable store has it.
+    CHECK(kjit::detail::find_tuned(runtime.cache(), "tuned", key)->best ==
+          std::vector<std::int64_t>{2});
+  }
+  // The package's own shipped store serves it: nothing is tuned.
+  kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = dir / "b"});
+  REQUIRE(runtime.cache().add_read_only_path(dir / "shipped.sqlite", "tuned"));
+  CHECK(kjit::detail::obtain_tuned(runtime.cache(), "tuned",
+                                   {key, "tuned::f", "7", "dev", {}, 0, {}}, tune)
+          .best == std::vector<std::int64_t>{1});
+  CHECK(tunings == 1);
+}
+
+TEST_CASE("an op's source digest changes with its kernel's source and its manifest", "[tune]") {
+  TempDir dir;
+  auto package = tuned_package(dir.path());
+  const std::string first = kjit::detail::op_source_digest(package, *package.op_specs().at(0));
+  CHECK(first.size() == 32);
+  CHECK(first == kjit::detail::op_source_digest(package, *package.op_specs().at(0)));
+  kjit::test::write_text(dir.path() / "k.cu", R"(#include <cuda_fp16.h>
+template <typename T, int BLOCK, int ROWS> __global__ void k(T* out, const T* x, long long n) {
+  // changed
+}
+)");
+  const std::string edited = kjit::detail::op_source_digest(package, *package.op_specs().at(0));
+  CHECK(edited != first);
+  std::ifstream in(dir.path() / "kernel.toml");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  kjit::test::write_text(dir.path() / "kernel.toml", text + "\n# a comment\n");
+  const auto reloaded = kjit::Package::load(dir.path());
+  CHECK(kjit::detail::op_source_digest(reloaded, *reloaded.op_specs().at(0)) != edited);
+}
+
+TEST_CASE("cache rm's filters remove tuned configurations by package, op, arch and key",
+          "[tune]") {
+  TempDir dir;
+  kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = dir / "cache"});
+  kjit::TunedConfig config;
+  config.names = {"B"};
+  config.best = {1};
+  auto put = [&](const std::string& key, const std::string& op, const std::string& device) {
+    runtime.cache().store()->put_tuned({key, op, "1", device, config, 0, {}});
+  };
+  put(std::string(32, 'a'), "norm::rms_norm", "NVIDIA H200 (sm_90, 132 SMs)");
+  put(std::string(32, 'b'), "norm::layer_norm", "NVIDIA H200 (sm_90, 132 SMs)");
+  put(std::string(32, 'c'), "norm_v2::rms_norm", "NVIDIA A100 (sm_80, 108 SMs)");
+  put(std::string(32, 'd'), "rotary::apply_rotary", "NVIDIA H200 (sm_90, 132 SMs)");
+  CHECK(runtime.cache().remove({.package = "norm", .version = "1.0.0"}) == 0); // never by version
+  CHECK(runtime.cache().remove({.package = "norm", .op = "rms_norm", .arch = "sm_80"}) == 1);
+  CHECK(runtime.cache().remove({.key = "bbbb"}) == 1);
+  CHECK(runtime.cache().remove({.package = "norm"}) == 1);
+  const auto left = runtime.cache().tuned_entries();
+  REQUIRE(left.size() == 1);
+  CHECK(left[0].op == "rotary::apply_rotary");
 }

@@ -1,0 +1,196 @@
+"""Autotuning on the CUDA path (Note [Tuning]) with the test package tests/packages/tuned, and
+kjit.tuning. The tuner's logic with a fake timer is tested in C++ (runtime_tune_tuner_test.cpp);
+here: the Python API's checks (CPU), and on a GPU that every candidate computes the same result,
+that a written argument is written once and a zeroed workspace is zero again after tuning, that
+a second process pays nothing, and that capture and KJIT_AUTOTUNE=0 use the default rule."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import kjit
+import kjit.tuning
+from conftest import cuda
+
+PACKAGE = Path(__file__).resolve().parents[1] / "packages" / "tuned"
+
+
+@pytest.fixture(scope="module")
+def tuned():
+    return kjit.load(PACKAGE)
+
+
+def test_parameters_and_candidates(tuned):
+    assert kjit.tuning.parameters(tuned.scale) == {"BLOCK": [64, 128, 256, 512, 1024], "VEC": [1, 2, 4]}
+    assert kjit.tuning.parameters("tuned::sum") == {"BLOCK": [128, 256, 512, 1024], "GRID": [1, 2, 4]}
+    assert kjit.tuning.parameters(torch.ops.tuned.add_.default) == {"BLOCK": [128, 256, 512, 1024]}
+    every = kjit.tuning.candidates(tuned.scale)
+    assert len(every) == 15 and every[0] == {"BLOCK": 64, "VEC": 1} and every[-1] == {"BLOCK": 1024, "VEC": 4}
+
+
+def test_use_checks_its_configuration(tuned):
+    with pytest.raises(ValueError, match=r"unknown: \['ROWS'\]"):
+        kjit.tuning.use(tuned.scale, {"BLOCK": 256, "VEC": 1, "ROWS": 2})
+    with pytest.raises(ValueError, match=r"missing: \['VEC'\]"):
+        kjit.tuning.use(tuned.scale, {"BLOCK": 256})
+    with pytest.raises(ValueError, match="'tuned', 'default' or a mapping"):
+        kjit.tuning.use(tuned.scale, "fastest")
+    with pytest.raises(kjit.Error, match="not an op of a package kjit has loaded"):
+        kjit.tuning.use("nosuch::op", "default")
+    img2gray = kjit.load("img2gray")
+    with pytest.raises(kjit.Error, match="has no tune parameters"):
+        kjit.tuning.use(img2gray.img2gray, "default")
+    with kjit.tuning.using(tuned.scale, {"BLOCK": 128, "VEC": 2}):
+        pass  # accepted; the CUDA kernel takes it (tested on the GPU below)
+    assert isinstance(kjit.tuning.entries(), list)
+
+
+def test_kjit_tune_needs_a_gpu_or_says_so():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the command tunes instead (tested below)")
+    result = subprocess.run(
+        [sys.executable, "-m", "kjit", "tune", str(PACKAGE), "--shape", "x=1024"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "needs a CUDA device" in result.stderr
+
+
+def test_kjit_tune_usage_errors():
+    result = subprocess.run(
+        [sys.executable, "-m", "kjit", "tune", str(PACKAGE), "--shape", "x=12xq"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 2
+    assert "x=12xq" in result.stderr and "NAME=DIMS" in result.stderr
+
+
+def _run(code: str, cache: Path, **env) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, KJIT_CACHE_DIR=str(cache), KJIT_LOG="info", **env)
+    script = "import kjit, kjit.tuning, torch, json\n" + f"tuned = kjit.load({str(PACKAGE)!r})\n" + textwrap.dedent(code)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=full_env, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+@cuda
+def test_every_candidate_computes_the_same_result(tuned):
+    x = torch.randn(1 << 20, device="cuda")
+    for config in kjit.tuning.candidates(tuned.scale):
+        with kjit.tuning.using(tuned.scale, config):
+            assert torch.equal(tuned.scale(x, 3.0), x * 3.0), config
+    for config in kjit.tuning.candidates(tuned.sum):
+        with kjit.tuning.using(tuned.sum, config):
+            torch.testing.assert_close(tuned.sum(x), x.sum(), rtol=1e-4, atol=1e-2, msg=str(config))
+    # A configuration that does not fit the arguments is refused, not run.
+    odd = torch.randn(1001, device="cuda")
+    with kjit.tuning.using(tuned.scale, {"BLOCK": 256, "VEC": 4}):
+        with pytest.raises(ValueError, match="fails tune_valid"):
+            tuned.scale(odd, 2.0)
+    with kjit.tuning.using(tuned.scale, "default"):
+        assert torch.equal(tuned.scale(odd, 2.0), odd * 2.0)
+
+
+@cuda
+def test_the_first_call_tunes_and_a_second_process_pays_nothing(tmp_path):
+    code = """
+        x = torch.randn(3 << 20, device="cuda")
+        y = tuned.scale(x, 2.0)
+        assert torch.equal(y, x * 2.0)
+        print(json.dumps(kjit.tuning.entries("tuned::scale")))
+    """
+    first = _run(code, tmp_path)
+    entries = json.loads(first.stdout.strip().splitlines()[-1])
+    assert len(entries) == 1
+    entry = entries[0]
+    assert entry["names"] == ["BLOCK", "VEC"] and "sm_" in entry["device"]
+    assert len(entry["timings"]) == 15  # the default (256, 1) is a candidate: timed once
+    assert entry["timings"][0][0] == [256, 1]
+    assert all(ms > 0 and ms != float("inf") for _, ms, _ in entry["timings"])
+    best_ms = min(ms for _, ms, _ in entry["timings"])
+    chosen = next(ms for values, ms, _ in entry["timings"] if values == entry["best"])
+    assert chosen <= entry["timings"][0][1]  # never slower than the default
+    assert chosen <= best_ms / 0.99 + 1e-9
+    assert "tuned tuned::scale" in first.stderr
+    second = _run(code, tmp_path)
+    assert "tuned tuned::scale" not in second.stderr
+    assert json.loads(second.stdout.strip().splitlines()[-1]) == entries
+
+
+@cuda
+def test_a_written_argument_is_written_once_and_workspaces_are_zeroed(tmp_path):
+    result = _run(
+        """
+        x = torch.randn(1 << 20, device="cuda")
+        y = torch.randn(1 << 20, device="cuda")
+        expected = x + y
+        assert tuned.add_(x, y) is x
+        assert torch.equal(x, expected)
+        z = torch.rand(5 << 20, device="cuda")
+        torch.testing.assert_close(tuned.sum(z), z.sum(), rtol=1e-4, atol=1e-1)
+        torch.testing.assert_close(tuned.sum(z), z.sum(), rtol=1e-4, atol=1e-1)
+        print(len(kjit.tuning.entries()))
+        """,
+        tmp_path,
+    )
+    assert result.stdout.strip().splitlines()[-1] == "2"
+    assert "tuned tuned::add_" in result.stderr and "tuned tuned::sum" in result.stderr
+
+
+@cuda
+def test_capture_and_kjit_autotune_0_take_the_default(tmp_path):
+    captured = _run(
+        """
+        x = torch.randn(1 << 18, device="cuda")
+        with kjit.tuning.using(tuned.scale, "default"):
+            tuned.scale(x, 4.0)  # loads the default's kernel (no module loads while capturing)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = tuned.scale(x, 4.0)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, x * 4.0)
+        print(len(kjit.tuning.entries()))
+        tuned.scale(x, 4.0)  # eager: tunes now
+        print(len(kjit.tuning.entries()))
+        """,
+        tmp_path / "capture",
+    )
+    assert captured.stdout.strip().splitlines()[-2:] == ["0", "1"]
+    off = _run(
+        """
+        x = torch.randn(1 << 18, device="cuda")
+        assert torch.equal(tuned.scale(x, 4.0), x * 4.0)
+        print(len(kjit.tuning.entries()))
+        """,
+        tmp_path / "off",
+        KJIT_AUTOTUNE="0",
+    )
+    assert off.stdout.strip().splitlines()[-1] == "0"
+
+
+@cuda
+def test_kjit_tune_pretunes_shapes(tmp_path):
+    env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path))
+    result = subprocess.run(
+        [sys.executable, "-m", "kjit", "tune", str(PACKAGE), "--op", "scale", "--shape", "x=4096", "--shape",
+         "x=65536x16", "--json"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [r["op"] for r in report] == ["tuned::scale", "tuned::scale"]
+    assert all(r["tuned_now"] for r in report)
+    again = subprocess.run(
+        [sys.executable, "-m", "kjit", "tune", str(PACKAGE), "--op", "scale", "--shape", "x=4096", "--json"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert again.returncode == 0, again.stderr
+    assert not json.loads(again.stdout)[0]["tuned_now"]
