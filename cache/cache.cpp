@@ -94,8 +94,8 @@ bool EntryFilter::matches(const TunedEntryInfo& entry) const {
   const auto sep = entry.op.find("::");
   const std::string ns = entry.op.substr(0, sep);
   const std::string name = sep == std::string::npos ? entry.op : entry.op.substr(sep + 2);
-  return (package.empty() || ns == package || ns.starts_with(package + "_v")) &&
-         version.empty() && (op.empty() || name == op) &&
+  return (package.empty() || ns == package || ns.starts_with(package + "_v")) && version.empty() &&
+         (op.empty() || name == op) &&
          (arch.empty() || entry.device.find("(" + arch + ",") != std::string::npos) &&
          (key.empty() || entry.key.starts_with(key));
 }

@@ -87,7 +87,7 @@ public:
   // row); stores it (replacing one). Never throw.
   std::optional<TunedEntryInfo> get_tuned(const std::string& key) const;
   void put_tuned(const TunedEntryInfo& entry) noexcept;
-  std::vector<TunedEntryInfo> tuned_entries() const; // throws CacheError
+  std::vector<TunedEntryInfo> tuned_entries() const;                // throws CacheError
   std::uint64_t remove_tuned(const std::vector<std::string>& keys); // throws CacheError
 
   // Records (with the next write) the origin and key fields of an entry found by a lookup whose

@@ -327,8 +327,7 @@ template <typename T, int BLOCK, int ROWS> __global__ void k(T* out, const T* x,
   CHECK(kjit::detail::op_source_digest(reloaded, *reloaded.op_specs().at(0)) != edited);
 }
 
-TEST_CASE("cache rm's filters remove tuned configurations by package, op, arch and key",
-          "[tune]") {
+TEST_CASE("cache rm's filters remove tuned configurations by package, op, arch and key", "[tune]") {
   TempDir dir;
   kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = dir / "cache"});
   kjit::TunedConfig config;
