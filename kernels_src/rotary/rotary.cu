@@ -188,14 +188,14 @@ __global__ void apply_rotary_kernel(T* __restrict__ q_out, T* __restrict__ k_out
 // from x * ROWS of head y % (Hq + Hk) of batch y / (Hq + Hk), so it reads and writes runs of
 // ROWS x D elements; cosines and sines are read per position as vectors (from L2: all heads read
 // the same ones).
-template <typename T, int VEC, bool BACKWARD>
+template <typename T, int VEC, bool BACKWARD, int ROWS>
 __global__ void apply_rotary_rows_kernel(T* __restrict__ q_out, T* __restrict__ k_out,
                                          const T* __restrict__ q, const T* __restrict__ k,
                                          const T* __restrict__ cos_in, const T* __restrict__ sin_in,
                                          int q_heads, int k_heads, int seq, int dim, int rot,
                                          long long qs0, long long qs1, long long qs2, long long ks0,
                                          long long ks1, long long ks2, bool cos_batched) {
-  constexpr int k_rows = 16;
+  constexpr int k_rows = ROWS;
   const int heads = q_heads + k_heads;
   const int b = blockIdx.y / heads;
   const int h = blockIdx.y % heads;

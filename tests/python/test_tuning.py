@@ -194,3 +194,80 @@ def test_kjit_tune_pretunes_shapes(tmp_path):
     )
     assert again.returncode == 0, again.stderr
     assert not json.loads(again.stdout)[0]["tuned_now"]
+
+
+def _shipped_cases():
+    """(package, op, inputs maker, reference) for the shipped tuned ops."""
+
+    def norm_inputs(dtype):
+        x = torch.randn(300, 4096, device="cuda", dtype=dtype)
+        return (x, torch.randn(4096, device="cuda", dtype=dtype))
+
+    def rms_ref(x, w):
+        xf = x.float()
+        return ((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w)
+
+    def ln_ref(x, w):
+        return torch.nn.functional.layer_norm(x.float(), (x.shape[-1],), w.float(), None, 1e-5).to(x.dtype)
+
+    def softmax_inputs(dtype):
+        return (torch.randn(300, 3000, device="cuda", dtype=dtype),)
+
+    def ce_inputs(dtype):
+        logits = torch.randn(257, 32000, device="cuda", dtype=dtype)
+        return (logits, torch.randint(0, 32000, (257,), device="cuda"))
+
+    def ce_ref(logits, target):
+        return torch.nn.functional.cross_entropy(logits.float(), target)
+
+    def rotary_inputs(dtype):
+        q = torch.randn(2, 300, 32, 128, device="cuda", dtype=dtype).transpose(1, 2)  # strided view
+        k = torch.randn(2, 8, 300, 128, device="cuda", dtype=dtype)  # contiguous
+        cos = torch.randn(1, 300, 128, device="cuda", dtype=dtype)
+        return (q, k, cos, torch.randn_like(cos))
+
+    def rotary_ref(q, k, cos, sin):
+        def rot(x):
+            x1, x2 = x.float().chunk(2, dim=-1)
+            return torch.cat((-x2, x1), dim=-1)
+
+        c, s = cos.float().unsqueeze(1), sin.float().unsqueeze(1)
+        return ((q.float() * c + rot(q) * s).to(q.dtype), (k.float() * c + rot(k) * s).to(k.dtype))
+
+    return [
+        ("norm", "rms_norm", norm_inputs, rms_ref),
+        ("norm", "layer_norm", norm_inputs, ln_ref),
+        ("softmax", "softmax", softmax_inputs, lambda x: torch.softmax(x.float(), -1).to(x.dtype)),
+        ("softmax", "cross_entropy", ce_inputs, ce_ref),
+        ("rotary", "apply_rotary", rotary_inputs, rotary_ref),
+    ]
+
+
+@cuda
+@pytest.mark.parametrize("case", _shipped_cases(), ids=lambda c: f"{c[0]}.{c[1]}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_every_candidate_of_the_shipped_ops_is_right_and_deterministic(case, dtype):
+    package, op, make, reference = case
+    module = kjit.load(package)
+    fn = getattr(module, op)
+    args = make(dtype)
+    expected = reference(*args)
+    tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-4}
+    tried = 0
+    for config in kjit.tuning.candidates(fn):
+        with kjit.tuning.using(fn, config):
+            try:
+                first = fn(*args)
+            except ValueError as e:
+                assert "fails tune_valid" in str(e), e
+                continue
+            again = fn(*args)
+        tried += 1
+        pairs = zip(first, again) if isinstance(first, tuple) else [(first, again)]
+        for a, b in pairs:
+            assert torch.equal(a, b), f"{op} {config}: two runs differ"
+        outs = first if isinstance(first, tuple) else (first,)
+        refs = expected if isinstance(expected, tuple) else (expected,)
+        for got, want in zip(outs, refs):
+            torch.testing.assert_close(got, want, **tolerance, msg=lambda m: f"{op} {config}: {m}")
+    assert tried >= 2
