@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SUITES = ["runtime", "first_use", "ops", "real_ops", "kernels", "e2e", "warm", "remote"]
+SUITES = ["runtime", "first_use", "ops", "real_ops", "kernels", "tune", "e2e", "warm", "remote"]
 
 
 def run(name, command, out):
@@ -278,6 +278,7 @@ def render(out, command, note=""):
         notes = HERE / "KERNELS_NOTES.md"
         if notes.exists():
             lines += ["", notes.read_text().rstrip()]
+    lines += tune_lines(load(out, "tune") or {})
     e2e = load(out, "e2e") or {}
     if e2e.get("forward") or e2e.get("training"):
         systems = ["torch eager", "kjit", "Liger"]
@@ -335,6 +336,58 @@ def render(out, command, note=""):
                                  text=True).stdout.rstrip()]
     lines += ["", (HERE / "RESULTS_NOTES.md").read_text().rstrip()]
     return "\n".join(lines) + "\n"
+
+
+def tune_lines(tune):
+    """The autotuning table (bench_tune.py): per op and shape, the default rule, the tuned
+    configuration, the exhaustive best, the peers; then the criteria met and the second process."""
+    rows = tune.get("rows") or []
+    if not rows:
+        return []
+    lines = ["", "## Autotuning (`bench_tune.py`)", "",
+             f"{tune['device']}, torch {tune['torch']}, {tune['date']}: GPU us per call (L2 evicted "
+             "before each). Tuned: the configuration kjit chose at the bucket's first call; best: the "
+             "fastest candidate timed one by one here; tune s: the first call's tuning (timing) cost.", "",
+             "| op | dtype | rows x hidden | default | kjit tuned | exhaustive best | tuned / best | "
+             "tuned / default | inductor max-autotune | Liger | tune s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    within = never_slower = ahead = with_peer = 0
+
+    def us(ms):
+        return f"{ms * 1e3:.2f}" if isinstance(ms, float) else "-"
+
+    def config(c):
+        return " ".join(f"{k}={v}" for k, v in (c or {}).items())
+
+    for r in rows:
+        ms = r["ms"]
+        tuned, best, default = ms.get("kjit tuned"), ms.get("exhaustive best"), ms.get("default")
+        peer = ms.get("inductor max-autotune")
+        ok_best = tuned is not None and best is not None and tuned <= best * 1.03
+        ok_default = tuned is not None and default is not None and tuned <= default * 1.01
+        within += ok_best
+        never_slower += ok_default
+        if peer is not None:
+            with_peer += 1
+            ahead += tuned is not None and tuned < peer
+        lines.append(
+            f"| {r['op']} | {r['dtype']} | {r['rows']} x {r['hidden']} | {us(default)} | {us(tuned)} "
+            f"({config(r.get('tuned'))}) | {us(best)} ({config(r.get('best'))}) | "
+            + (f"{tuned / best:.3f}" if tuned and best else "-") + " | "
+            + (f"{tuned / default:.3f}" if tuned and default else "-") + f" | {us(peer)}"
+            + (f" ({peer / tuned:.2f}x)" if peer and tuned else "") + f" | {us(ms.get('Liger'))} | "
+            + (f"{r['tune_s']:.2f}" if "tune_s" in r else "-") + " |")
+    lines += ["", f"Tuned within 3% of the exhaustive best: {within} of {len(rows)}; no slower than "
+              f"the default (1% noise): {never_slower} of {len(rows)}; ahead of inductor's "
+              f"max-autotune: {ahead} of {with_peer}."]
+    second = tune.get("second_process")
+    if second and "calls" in second:
+        lines.append(f"A second process on the same store made the same {second['calls']} calls' first "
+                     f"calls in {second['seconds']:.2f} s in all, tuning {second['new_entries']} buckets "
+                     "(the store served every one).")
+    elif second:
+        lines.append(f"The second process failed: {second.get('error')}")
+    return lines
 
 
 def report(out, command, note=""):
@@ -442,6 +495,8 @@ def main():
                              str(out / "real_ops.json")], out)
         if "kernels" in suites:
             run("kernels", [py, str(HERE / "bench_kernels.py"), "--json", str(out / "kernels.json")], out)
+        if "tune" in suites:
+            run("tune", [py, str(HERE / "bench_tune.py"), "--json", str(out / "tune.json")], out)
         if "e2e" in suites:
             run("e2e", [py, str(HERE / "bench_e2e.py"), "--json", str(out / "e2e.json")], out)
         if "warm" in suites:

@@ -44,3 +44,24 @@ def test_the_end_to_end_benchmark_runs_a_tiny_model_on_cpu(tmp_path):
     for phase in ("forward", "training"):
         assert {"torch eager", "kjit"} <= set(report[phase]), report
         assert f"{phase} kjit" not in report["errors"], report["errors"]
+
+
+def test_the_autotuning_table_counts_its_criteria():
+    tune = {"device": "GPU", "torch": "2.11.0", "date": "2026-12-04",
+            "second_process": {"calls": 2, "seconds": 0.25, "new_entries": 0},
+            "rows": [
+                {"op": "rms_norm", "dtype": "bfloat16", "rows": 1, "hidden": 4096, "tuned": {"BLOCK": 128},
+                 "best": {"BLOCK": 128}, "tune_s": 0.5,
+                 "ms": {"default": 0.0040, "exhaustive best": 0.0030, "kjit tuned": 0.0030,
+                        "inductor max-autotune": 0.0050, "Liger": 0.0045}},
+                {"op": "rms_norm", "dtype": "bfloat16", "rows": 4096, "hidden": 4096, "tuned": {"BLOCK": 512},
+                 "best": {"BLOCK": 256}, "tune_s": 0.7,
+                 "ms": {"default": 0.0100, "exhaustive best": 0.0090, "kjit tuned": 0.0095}},
+            ]}
+    text = "\n".join(run_all.tune_lines(tune))
+    assert "| rms_norm | bfloat16 | 1 x 4096 | 4.00 | 3.00 (BLOCK=128) | 3.00 (BLOCK=128) | 1.000 | 0.750 | 5.00 (1.67x) | 4.50 | 0.50 |" in text
+    assert "within 3% of the exhaustive best: 1 of 2" in text
+    assert "no slower than the default (1% noise): 2 of 2" in text
+    assert "ahead of inductor's max-autotune: 1 of 1" in text
+    assert "tuning 0 buckets" in text
+    assert run_all.tune_lines({}) == []
