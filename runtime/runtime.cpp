@@ -11,6 +11,7 @@
 #include "runtime/library.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "runtime/tune/tuner.hpp"
 #include "runtime/util/env.hpp"
 #include "runtime/util/file.hpp"
 #include "runtime/util/hash.hpp"
@@ -606,6 +607,11 @@ CacheStats Runtime::stats() const {
   return stats;
 }
 
+std::optional<TunedConfig> Runtime::tuned(const std::string& scope, TunedEntryInfo entry,
+                                          const std::function<TunedConfig()>& tune) {
+  return detail::obtain_tuned(m_impl->cache, scope, std::move(entry), tune, m_impl->remote.get());
+}
+
 std::optional<std::string> Runtime::remote_cache() const {
   if (!m_impl->remote) {
     return std::nullopt;
@@ -647,6 +653,14 @@ std::uint64_t Runtime::push_to_remote() {
     }
     ++pushed;
   }
+  for (const auto& entry : store->tuned_entries()) { // Note [Tuner]: the fleet's too
+    if (!m_impl->remote->put_now(entry.key, detail::tuned_binary(entry))) {
+      throw CacheError(fmt::format("cannot write to the remote cache {} (after {} entries); see "
+                                   "the warning above",
+                                   m_impl->remote->config().display(), pushed));
+    }
+    ++pushed;
+  }
   return pushed;
 }
 
@@ -665,10 +679,19 @@ std::uint64_t Runtime::pull_from_remote() {
     if (store->get(key, stored) == detail::SqliteStore::Lookup::hit) {
       continue; // already here
     }
-    if (m_impl->remote->get(key, stored) == detail::RemoteStore::Result::hit) {
-      store->put(key, stored, true, /*count_compile=*/false);
-      ++pulled;
+    if (m_impl->remote->get(key, stored) != detail::RemoteStore::Result::hit) {
+      continue;
     }
+    if (stored.kind == "tuned") { // a tuned configuration (Note [Tuner])
+      if (auto entry = detail::tuned_from_binary(key, stored);
+          entry && !store->get_tuned(key).has_value()) {
+        store->put_tuned(*entry);
+        ++pulled;
+      }
+      continue;
+    }
+    store->put(key, stored, true, /*count_compile=*/false);
+    ++pulled;
   }
   return pulled;
 }

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -100,6 +101,15 @@ public:
   // Why `program` for `target` would hit or miss in the stores, and on a miss which inputs of the
   // key differ from the nearest entry of the same program (Note [Provenance]). Compiles nothing.
   LookupExplanation explain(const Program& program, const Target& target);
+
+  // A tuned launch configuration (Note [Tuner] in runtime/tune/tuner.hpp): the one stored under
+  // `entry.key` in the writable store, the read-only stores that serve `scope` (an op namespace)
+  // or the remote tier; else, when `tune` is given, the one it returns, run under the key's lock
+  // (this host's, and the fleet's with a remote tier: others wait for the result) and kept in the
+  // writable store and the remote tier, described by `entry`'s op, bucket and device. Nothing
+  // when `tune` is empty and no store holds the key. What `tune` throws passes through.
+  std::optional<TunedConfig> tuned(const std::string& scope, TunedEntryInfo entry,
+                                   const std::function<TunedConfig()>& tune = {});
 
   // The driver version that enters cache keys (see `RuntimeOptions::driver_version`).
   int driver_version();

@@ -108,10 +108,12 @@ struct KernelSlot {
 // The tuned configuration of one bucket (tune_key values, then the tensor arguments' dtypes) on
 // one device (Note [Tuning]).
 struct TuneSlot {
+  std::uint64_t generation = 0; // OpState::m_tune_generation when it was made
   int device = -1;
   std::size_t size = 0;
   std::array<std::int64_t, k_max_bucket> bucket{};
   std::array<std::int64_t, k_max_tune> values{};
+  bool use_default = false; // tuning failed, or the stored values were unusable: not retried
 };
 
 // How an op picks its tune parameters (`kjit.tuning`): tuned per bucket (the default), the
@@ -233,8 +235,9 @@ private:
   std::deque<TuneSlot> m_tuned;                 // guarded by m_tune_mutex; elements never move
   std::atomic<TuneSlot*> m_last_tuned{nullptr}; // the latest call's
   std::atomic<TuneMode> m_tune_mode{TuneMode::tuned};
-  std::array<std::int64_t, k_max_tune> m_fixed{}; // with TuneMode::fixed, set before the mode
-  std::string m_source_digest;                    // guarded by m_tune_mutex; empty until needed
+  std::atomic<std::uint64_t> m_tune_generation{0}; // forget_tuned moves on; older slots unused
+  std::array<std::int64_t, k_max_tune> m_fixed{};  // with TuneMode::fixed, set before the mode
+  std::string m_source_digest;                     // guarded by m_tune_mutex; empty until needed
 };
 
 } // namespace kjit::torch_layer

@@ -131,11 +131,9 @@ void OpState::set_tune_mode(TuneMode mode, const std::vector<std::int64_t>& valu
 
 void OpState::forget_tuned() {
   std::lock_guard lock(m_tune_mutex);
+  // Slots stay allocated (a concurrent call may be reading one); a new generation retires them.
+  m_tune_generation.fetch_add(1, std::memory_order_acq_rel);
   m_last_tuned.store(nullptr, std::memory_order_release);
-  // Slots stay allocated (a concurrent call may hold one); marking them unused suffices.
-  for (TuneSlot& slot : m_tuned) {
-    slot.device = -1;
-  }
 }
 
 bool OpState::set_tune(CallEnv& env, std::span<const std::int64_t> values) const {
@@ -217,8 +215,9 @@ void OpState::tune_values(const TorchApi& api, CallEnv& env, int32_t device, voi
   }
   std::array<std::int64_t, k_max_bucket> bucket;
   const std::size_t n = tune_bucket(env, bucket);
+  const std::uint64_t generation = m_tune_generation.load(std::memory_order_acquire);
   auto matches = [&](const TuneSlot& slot) {
-    return slot.device == device && slot.size == n &&
+    return slot.generation == generation && slot.device == device && slot.size == n &&
            std::equal(bucket.begin(), bucket.begin() + n, slot.bucket.begin());
   };
   const TuneSlot* found = m_last_tuned.load(std::memory_order_acquire);
@@ -236,22 +235,27 @@ void OpState::tune_values(const TorchApi& api, CallEnv& env, int32_t device, voi
         autotune_enabled() && !detail::stream_capturing(static_cast<CUstream>(stream));
       const auto values =
         find_or_tune(api, env, std::span(bucket.data(), n), device, stream, may_tune);
-      if (!values) {
+      if (!values && !may_tune) {
         default_tune(env); // not remembered: a later call may tune
         return;
       }
       TuneSlot& slot = m_tuned.emplace_back();
+      slot.generation = generation;
       slot.device = device;
       slot.size = n;
       std::copy(bucket.begin(), bucket.begin() + n, slot.bucket.begin());
-      std::copy(values->begin(), values->end(), slot.values.begin());
+      if (values) {
+        std::copy(values->begin(), values->end(), slot.values.begin());
+      } else {
+        slot.use_default = true;
+      }
       found = &slot;
     }
     m_last_tuned.store(const_cast<TuneSlot*>(found), std::memory_order_release);
   }
   bool ok = false;
   try {
-    ok = set_tune(env, std::span(found->values.data(), count));
+    ok = !found->use_default && set_tune(env, std::span(found->values.data(), count));
   } catch (const detail::EvalError&) {
     ok = false;
   }
@@ -294,21 +298,17 @@ std::optional<detail::TuneValues> OpState::find_or_tune(const TorchApi& api, Cal
     }
   }
   const std::string key = detail::tune_key(in);
-  const std::string scope = m_package.scope();
-  Cache& cache = runtime().cache();
-  if (!may_tune) {
-    auto found = detail::find_tuned(cache, scope, key);
-    return found ? std::optional(std::move(found->best)) : std::nullopt;
-  }
   TunedEntryInfo entry;
   entry.key = key;
   entry.op = m_ns + "::" + spec.name;
   entry.bucket = text.empty() ? dtypes : text + "; " + dtypes;
   entry.device = in.device;
+  std::optional<TunedConfig> config;
   try {
-    return detail::obtain_tuned(cache, scope, entry,
-                                [&] { return tune_now(api, env, device, stream); })
-      .best;
+    config = runtime().tuned(
+      m_package.scope(), entry,
+      may_tune ? std::function<TunedConfig()>([&] { return tune_now(api, env, device, stream); })
+               : std::function<TunedConfig()>());
   } catch (const std::invalid_argument&) {
     throw; // the default rule fails for these arguments: the call's own error
   } catch (const std::exception& e) {
@@ -318,6 +318,33 @@ std::optional<detail::TuneValues> OpState::find_or_tune(const TorchApi& api, Cal
                 m_qualified, entry.bucket, entry.device, e.what());
     return std::nullopt;
   }
+  if (!config) {
+    return std::nullopt;
+  }
+  // A stored configuration comes from outside this process (a read-only store, the fleet's
+  // tier): one value per parameter, each a candidate of its parameter, else it is not used.
+  bool known = config->best.size() == spec.tune.params.size();
+  for (std::size_t p = 0; known && p < spec.tune.params.size(); ++p) {
+    const auto& values = spec.tune.params[p].values;
+    known = std::find(values.begin(), values.end(), config->best[p]) != values.end();
+  }
+  if (!known && config->best.size() == spec.tune.params.size()) {
+    CallEnv probe = env; // the default rule's values are always acceptable
+    default_tune(probe);
+    known = true;
+    for (std::size_t p = 0; p < spec.tune.params.size(); ++p) {
+      known = known &&
+              probe.ints[static_cast<std::size_t>(spec.tune.params[p].symbol)] == config->best[p];
+    }
+  }
+  if (!known) {
+    detail::log(LogLevel::warning,
+                "{}: the stored configuration {} of {} is not one of the op's "
+                "candidates; the default configuration serves the call",
+                m_qualified, key, entry.bucket);
+    return std::nullopt;
+  }
+  return std::move(config->best);
 }
 
 TunedConfig OpState::tune_now(const TorchApi& api, const CallEnv& env, int32_t device,

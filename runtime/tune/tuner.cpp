@@ -1,5 +1,7 @@
 #include "runtime/tune/tuner.hpp"
 
+#include "cache/provenance.hpp"
+#include "cache/remote/remote_store.hpp"
 #include "cache/sqlite_store.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/manifest/op_spec.hpp"
@@ -9,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <limits>
 
@@ -102,27 +105,110 @@ std::string tune_key(const TuneKeyInputs& in) {
   return to_hex(hasher.digest());
 }
 
-TunedConfig obtain_tuned(SqliteStore* store, TunedEntryInfo entry,
-                         const std::function<TunedConfig()>& tune) {
-  if (store == nullptr) {
-    return tune();
+StoredBinary tuned_binary(const TunedEntryInfo& entry) {
+  StoredBinary value;
+  value.kind = "tuned";
+  value.arch = entry.device;
+  value.name = entry.op;
+  value.options = entry.bucket;
+  value.blob = encode_tuned(entry.config);
+  return value;
+}
+
+std::optional<TunedEntryInfo> tuned_from_binary(const std::string& key, const StoredBinary& value) {
+  if (value.kind != "tuned") {
+    return std::nullopt;
   }
-  if (auto found = store->get_tuned(entry.key)) {
-    return found->config;
+  TunedEntryInfo entry{key, value.name, value.options, value.arch, decode_tuned(value.blob), 0, {}};
+  if (entry.config.best.empty() || entry.config.best.size() != entry.config.names.size()) {
+    return std::nullopt; // damaged
+  }
+  entry.created = std::chrono::duration_cast<std::chrono::seconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+  return entry;
+}
+
+namespace {
+
+// The remote tier's entry of `key`, copied into the writable store.
+std::optional<TunedConfig> from_remote(RemoteStore& remote, SqliteStore* store,
+                                       const std::string& key, bool wait) {
+  StoredBinary value;
+  if ((wait ? remote.wait_for(key, value) : remote.get(key, value)) != RemoteStore::Result::hit) {
+    return std::nullopt;
+  }
+  auto entry = tuned_from_binary(key, value);
+  if (!entry) {
+    return std::nullopt;
+  }
+  if (store != nullptr && !store->read_only()) {
+    store->put_tuned(*entry);
+  }
+  log(LogLevel::debug, "tuned configuration {} ({} for {}) from the remote cache", key, entry->op,
+      entry->bucket);
+  return std::move(entry->config);
+}
+
+} // namespace
+
+TunedConfig obtain_tuned(SqliteStore* store, TunedEntryInfo entry,
+                         const std::function<TunedConfig()>& tune, RemoteStore* remote) {
+  if (store != nullptr) {
+    if (auto found = store->get_tuned(entry.key)) {
+      return found->config;
+    }
+  }
+  if (remote != nullptr) {
+    if (auto found = from_remote(*remote, store, entry.key, false)) {
+      return std::move(*found);
+    }
   }
   // One process tunes a key at a time: the others wait here, then find its result.
-  const std::uint64_t id = std::stoull(entry.key.substr(16), nullptr, 16);
-  LockGuard guard = store->lock_key(id);
-  if (auto found = store->get_tuned(entry.key)) {
-    log(LogLevel::debug, "tuned configuration {} found after waiting for its tuner", entry.key);
-    return found->config;
+  std::optional<LockGuard> guard;
+  if (store != nullptr) {
+    const std::uint64_t id = std::stoull(entry.key.substr(16), nullptr, 16);
+    guard.emplace(store->lock_key(id));
+    if (auto found = store->get_tuned(entry.key)) {
+      log(LogLevel::debug, "tuned configuration {} found after waiting for its tuner", entry.key);
+      return found->config;
+    }
   }
-  entry.config = tune();
+  // One host of the fleet tunes a key at a time: the others wait for its entry.
+  std::string token;
+  if (remote != nullptr && !remote->config().read_only) {
+    switch (remote->lock(entry.key, token)) {
+    case RemoteStore::Lock::acquired:
+      break;
+    case RemoteStore::Lock::held_by_other:
+      log(LogLevel::info, "{} for {} is being tuned by another host: waiting", entry.op,
+          entry.bucket);
+      if (auto found = from_remote(*remote, store, entry.key, true)) {
+        return std::move(*found);
+      }
+      break;
+    case RemoteStore::Lock::unavailable:
+      break;
+    }
+  }
+  try {
+    entry.config = tune();
+  } catch (...) {
+    if (!token.empty()) {
+      remote->unlock(entry.key, token);
+    }
+    throw;
+  }
   log(LogLevel::info, "tuned {} for {} ({}) in {:.2f} s: {} of {} candidates timed{}", entry.op,
       entry.bucket, entry.device, entry.config.seconds, entry.config.timings.size(),
       entry.config.timings.size() + entry.config.pruned,
       entry.config.budget_exhausted ? ", the time budget spent" : "");
-  store->put_tuned(entry);
+  if (store != nullptr) {
+    store->put_tuned(entry);
+  }
+  if (remote != nullptr && !remote->config().read_only) {
+    remote->put(entry.key, tuned_binary(entry), token);
+  }
   return entry.config;
 }
 
@@ -143,14 +229,19 @@ std::optional<TunedConfig> find_tuned(const Cache& cache, const std::string& sco
   return std::nullopt;
 }
 
-TunedConfig obtain_tuned(const Cache& cache, const std::string& scope, TunedEntryInfo entry,
-                         const std::function<TunedConfig()>& tune) {
+std::optional<TunedConfig> obtain_tuned(const Cache& cache, const std::string& scope,
+                                        TunedEntryInfo entry,
+                                        const std::function<TunedConfig()>& tune,
+                                        RemoteStore* remote) {
   if (auto found = find_tuned(cache, scope, entry.key)) {
-    return std::move(*found);
+    return found;
   }
   SqliteStore* store = cache.store();
-  return obtain_tuned(store != nullptr && !store->read_only() ? store : nullptr, std::move(entry),
-                      tune);
+  SqliteStore* writable = store != nullptr && !store->read_only() ? store : nullptr;
+  if (!tune) {
+    return remote != nullptr ? from_remote(*remote, writable, entry.key, false) : std::nullopt;
+  }
+  return obtain_tuned(writable, std::move(entry), tune, remote);
 }
 
 std::string op_source_digest(const Package& package, const OpSpec& op) {

@@ -27,6 +27,8 @@
 namespace kjit::detail {
 
 class SqliteStore;
+class RemoteStore;
+struct StoredBinary;
 struct OpSpec;
 
 using TuneValues = std::vector<std::int64_t>; // one value per tune parameter, in order
@@ -61,18 +63,28 @@ std::string tune_key(const TuneKeyInputs& inputs);
 // The configuration stored under `entry.key`, or one tuned now by `tune` and stored as `entry`
 // (op, bucket and device describe it), under the key's lock: a process that finds the lock held
 // waits, then reads what the holder stored. Without a store, `tune` runs and nothing is kept.
+// With the fleet's `remote` tier, it is asked after the store (a hit is copied into the store),
+// one host tunes a key at a time under the tier's lock (the others wait for its entry), and what
+// is tuned is written there too.
 TunedConfig obtain_tuned(SqliteStore* store, TunedEntryInfo entry,
-                         const std::function<TunedConfig()>& tune);
+                         const std::function<TunedConfig()>& tune, RemoteStore* remote = nullptr);
 
 // The configuration stored under `key` in the writable store, else in the first read-only store
 // that serves `scope` (a package's op namespace; Cache::add_read_only_path), or nothing.
 std::optional<TunedConfig> find_tuned(const Cache& cache, const std::string& scope,
                                       const std::string& key);
 
-// find_tuned, else obtain_tuned on the writable store (tuning without keeping the result when
-// there is none).
-TunedConfig obtain_tuned(const Cache& cache, const std::string& scope, TunedEntryInfo entry,
-                         const std::function<TunedConfig()>& tune);
+// find_tuned, then the remote tier; else, when `tune` is given, obtain_tuned on the writable
+// store (tuning without keeping the result when there is none), else nothing.
+std::optional<TunedConfig> obtain_tuned(const Cache& cache, const std::string& scope,
+                                        TunedEntryInfo entry,
+                                        const std::function<TunedConfig()>& tune,
+                                        RemoteStore* remote = nullptr);
+
+// A tuned configuration as a remote-tier entry (kind "tuned"; Note [Remote blob] signs and
+// checks it as any entry), and back: nothing for an entry of another kind or a damaged one.
+StoredBinary tuned_binary(const TunedEntryInfo& entry);
+std::optional<TunedEntryInfo> tuned_from_binary(const std::string& key, const StoredBinary& value);
 
 // The digest that stands for an op's sources in its tuning key: the package's manifest and the
 // programs (sources, headers, options) of the kernels the op launches. Throws what loading a

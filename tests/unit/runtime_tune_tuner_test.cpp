@@ -292,7 +292,7 @@ TEST_CASE("tuned configurations are found in the writable store, then in read-on
     CHECK_FALSE(kjit::detail::find_tuned(runtime.cache(), "tuned", key).has_value());
     CHECK(kjit::detail::obtain_tuned(runtime.cache(), "tuned",
                                      {key, "tuned::f", "7", "dev", {}, 0, {}}, tune)
-            .best == std::vector<std::int64_t>{2});
+            ->best == std::vector<std::int64_t>{2});
     CHECK(tunings == 1);
     // Now the writable store has it.
     CHECK(kjit::detail::find_tuned(runtime.cache(), "tuned", key)->best ==
@@ -303,7 +303,7 @@ TEST_CASE("tuned configurations are found in the writable store, then in read-on
   REQUIRE(runtime.cache().add_read_only_path(dir / "shipped.sqlite", "tuned"));
   CHECK(kjit::detail::obtain_tuned(runtime.cache(), "tuned",
                                    {key, "tuned::f", "7", "dev", {}, 0, {}}, tune)
-          .best == std::vector<std::int64_t>{1});
+          ->best == std::vector<std::int64_t>{1});
   CHECK(tunings == 1);
 }
 
