@@ -234,8 +234,21 @@ def _shipped_cases():
         c, s = cos.float().unsqueeze(1), sin.float().unsqueeze(1)
         return ((q.float() * c + rot(q) * s).to(q.dtype), (k.float() * c + rot(k) * s).to(k.dtype))
 
+    def rms_backward_inputs(dtype):
+        x, w = norm_inputs(dtype)
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
+        return (torch.randn_like(x), x, w, rstd)
+
+    def rms_backward_ref(grad, x, w, rstd):
+        xf = x.float().requires_grad_()
+        wf = w.float().requires_grad_()
+        y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)) * wf
+        dx, dw = torch.autograd.grad(y, (xf, wf), grad.float())
+        return (dx.to(x.dtype), dw.to(w.dtype))
+
     return [
         ("norm", "rms_norm", norm_inputs, rms_ref),
+        ("norm", "rms_norm_backward", rms_backward_inputs, rms_backward_ref),
         ("norm", "layer_norm", norm_inputs, ln_ref),
         ("softmax", "softmax", softmax_inputs, lambda x: torch.softmax(x.float(), -1).to(x.dtype)),
         ("softmax", "cross_entropy", ce_inputs, ce_ref),
