@@ -8,6 +8,7 @@ same store, what the same calls cost there (nothing is tuned again). The first c
 bucket comes first, so its cost includes compiling the candidates' kernels.
 
   python3 bench/bench_tune.py [--json FILE] [--ops rms_norm,softmax] [--quick] [--no-inductor]
+                              [--l2 warm|cold]
 
 Done when (issue): tuned within 3% of the exhaustive best, never slower than the default, ahead
 of the max-autotuned peer.
@@ -87,7 +88,10 @@ def main():
     parser.add_argument("--dtypes", default="bfloat16")
     parser.add_argument("--quick", action="store_true", help="a few shapes per op")
     parser.add_argument("--no-inductor", action="store_true", help="skip the max-autotuned peer (slow to compile)")
+    parser.add_argument("--l2", choices=["warm", "cold"], default="warm",
+                        help="how the tuner times candidates (KJIT_TUNE_L2; the table's times are always L2-cold)")
     args = parser.parse_args()
+    os.environ["KJIT_TUNE_L2"] = args.l2
     device = torch.cuda.get_device_name()
     print(f"device: {device}, torch {torch.__version__}, kjit {kjit.__version__}, store {STORE}", flush=True)
     import torch._inductor.config as inductor_config
@@ -102,6 +106,7 @@ def main():
         if args.json:
             Path(args.json).write_text(json.dumps(
                 {"device": device, "torch": torch.__version__, "date": datetime.date.today().isoformat(),
+                 "tuner_l2": args.l2,
                  "rows": rows_out, "second_process": second, "seconds": time.time() - started}, indent=1))
 
     second = None

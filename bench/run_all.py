@@ -347,7 +347,8 @@ def tune_lines(tune):
     lines = ["", "## Autotuning (`bench_tune.py`)", "",
              f"{tune['device']}, torch {tune['torch']}, {tune['date']}: GPU us per call (L2 evicted "
              "before each). Tuned: the configuration kjit chose at the bucket's first call; best: the "
-             "fastest candidate timed one by one here; tune s: the first call's tuning (timing) cost.", "",
+             "fastest candidate timed one by one here; tune s: the first call's tuning cost (its "
+             f"candidates timed with the L2 {tune.get('tuner_l2', 'warm')}).", "",
              "| op | dtype | rows x hidden | default | kjit tuned | exhaustive best | tuned / best | "
              "tuned / default | inductor max-autotune | Liger | tune s |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -59,6 +59,21 @@ double tune_budget_s() {
   return 30.0;
 }
 
+// KJIT_TUNE_L2=cold: every timed run starts from an evicted L2 (Note [Device timer]); default
+// warm, as the runs leave it.
+detail::DeviceTimerOptions timer_options() {
+  detail::DeviceTimerOptions options;
+  if (const auto value = detail::getenv_nonempty("KJIT_TUNE_L2")) {
+    if (*value == "cold") {
+      options.flush_bytes = 2 * detail::l2_cache_bytes();
+    } else if (*value != "warm") {
+      detail::log(LogLevel::warning, "KJIT_TUNE_L2='{}' is neither 'warm' nor 'cold'; using warm",
+                  *value);
+    }
+  }
+  return options;
+}
+
 std::string device_text(const DeviceProps& props) {
   return fmt::format("{} (sm_{}, {} SMs)", props.name, props.cc, props.sm_count);
 }
@@ -379,6 +394,7 @@ TunedConfig OpState::tune_now(const TorchApi& api, const CallEnv& env, int32_t d
     }
   }
   scratch_env.scratch = &pointers;
+  const detail::DeviceTimerOptions options = timer_options();
   detail::TuneHooks hooks;
   hooks.valid = [&](const detail::TuneValues& values) {
     try {
@@ -390,7 +406,8 @@ TunedConfig OpState::tune_now(const TorchApi& api, const CallEnv& env, int32_t d
   hooks.time_ms = [&](const detail::TuneValues& values) {
     set_tune(scratch_env, values);
     const auto timing = detail::time_on_device(
-      static_cast<CUstream>(stream), [&](CUstream s) { enqueue_run(api, scratch_env, device, s); });
+      static_cast<CUstream>(stream), [&](CUstream s) { enqueue_run(api, scratch_env, device, s); },
+      options);
     detail::log(LogLevel::debug, "{}: {} = {}: {:.4f} ms ({} runs a batch{})", m_qualified,
                 fmt::join(names, ", "), fmt::join(values, ", "), timing.ms, timing.batch,
                 timing.graph ? ", a graph" : "");

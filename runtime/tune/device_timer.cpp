@@ -22,6 +22,7 @@ struct Resources {
   CUevent stop = nullptr;
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
+  CUdeviceptr flush = 0;
   bool capturing = false;
 
   explicit Resources(const DriverApi& api) : d(api) {}
@@ -50,6 +51,9 @@ struct Resources {
     }
     if (stream != nullptr) {
       d.cuStreamDestroy(stream);
+    }
+    if (flush != 0) {
+      d.cuMemFree(flush);
     }
   }
   Resources(const Resources&) = delete;
@@ -105,29 +109,23 @@ bool stream_capturing(CUstream stream) noexcept {
   }
 }
 
-DeviceTiming time_on_device(CUstream origin, const std::function<void(CUstream)>& enqueue,
-                            const DeviceTimerOptions& options) {
-  const DriverApi& d = driver();
-  DeviceTiming timing;
-  KJIT_CU_CHECK(d.cuStreamSynchronize(origin), "waiting for the work before timing");
-  Resources r(d);
-  KJIT_CU_CHECK(d.cuStreamCreate(&r.stream, CU_STREAM_NON_BLOCKING), "timing on the device");
-  KJIT_CU_CHECK(d.cuEventCreate(&r.start, CU_EVENT_DEFAULT), "timing on the device");
-  KJIT_CU_CHECK(d.cuEventCreate(&r.stop, CU_EVENT_DEFAULT), "timing on the device");
+namespace {
 
-  const auto first = std::chrono::steady_clock::now();
-  enqueue(r.stream); // compiles, loads, raises shared memory limits: never measured
-  KJIT_CU_CHECK(d.cuStreamSynchronize(r.stream), "the first run of the work");
-  timing.first_ms =
-    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - first).count();
-
-  KJIT_CU_CHECK(d.cuEventRecord(r.start, r.stream), "timing on the device");
-  enqueue(r.stream);
-  KJIT_CU_CHECK(d.cuEventRecord(r.stop, r.stream), "timing on the device");
-  const double estimate = std::max(r.elapsed(), 1e-4);
+// The median per run of `enqueue` (already run once), batches sized from `estimate_ms`.
+double measure(Resources& r, const std::function<void(CUstream)>& enqueue,
+               const DeviceTimerOptions& options, double estimate_ms, DeviceTiming& timing) {
+  const DriverApi& d = r.d;
   timing.batch =
-    std::clamp(static_cast<int>(std::lround(options.batch_ms / estimate)), 1, options.max_batch);
-
+    std::clamp(static_cast<int>(std::lround(options.batch_ms / std::max(estimate_ms, 1e-4))), 1,
+               options.max_batch);
+  if (r.exec != nullptr) { // a graph of an earlier measurement
+    d.cuGraphExecDestroy(r.exec);
+    r.exec = nullptr;
+  }
+  if (r.graph != nullptr) {
+    d.cuGraphDestroy(r.graph);
+    r.graph = nullptr;
+  }
   timing.graph = options.graphs && capture(r, enqueue, timing.batch);
   if (timing.graph) {
     KJIT_CU_CHECK(d.cuGraphLaunch(r.exec, r.stream), "replaying the captured work"); // warm-up
@@ -148,7 +146,64 @@ DeviceTiming time_on_device(CUstream origin, const std::function<void(CUstream)>
   }
   std::sort(per_run.begin(), per_run.end());
   const std::size_t n = per_run.size();
-  timing.ms = n % 2 == 1 ? per_run[n / 2] : (per_run[n / 2 - 1] + per_run[n / 2]) / 2;
+  return n % 2 == 1 ? per_run[n / 2] : (per_run[n / 2 - 1] + per_run[n / 2]) / 2;
+}
+
+} // namespace
+
+std::size_t l2_cache_bytes() noexcept {
+  try {
+    const DriverApi& d = driver();
+    CUdevice device = 0;
+    int bytes = 0;
+    if (d.cuCtxGetDevice(&device) == CUDA_SUCCESS &&
+        d.cuDeviceGetAttribute(&bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device) == CUDA_SUCCESS &&
+        bytes > 0) {
+      return static_cast<std::size_t>(bytes);
+    }
+  } catch (const Error&) {
+  }
+  return 0;
+}
+
+DeviceTiming time_on_device(CUstream origin, const std::function<void(CUstream)>& enqueue,
+                            const DeviceTimerOptions& options) {
+  const DriverApi& d = driver();
+  DeviceTiming timing;
+  KJIT_CU_CHECK(d.cuStreamSynchronize(origin), "waiting for the work before timing");
+  Resources r(d);
+  KJIT_CU_CHECK(d.cuStreamCreate(&r.stream, CU_STREAM_NON_BLOCKING), "timing on the device");
+  KJIT_CU_CHECK(d.cuEventCreate(&r.start, CU_EVENT_DEFAULT), "timing on the device");
+  KJIT_CU_CHECK(d.cuEventCreate(&r.stop, CU_EVENT_DEFAULT), "timing on the device");
+  std::function<void(CUstream)> flush_only;
+  std::function<void(CUstream)> run = enqueue;
+  if (options.flush_bytes > 0) {
+    KJIT_CU_CHECK(d.cuMemAlloc(&r.flush, options.flush_bytes), "the tuner's L2 flush buffer");
+    flush_only = [&](CUstream s) {
+      KJIT_CU_CHECK(d.cuMemsetD8Async(r.flush, 0, options.flush_bytes, s), "flushing the L2");
+    };
+    run = [&](CUstream s) {
+      flush_only(s);
+      enqueue(s);
+    };
+  }
+
+  const auto first = std::chrono::steady_clock::now();
+  run(r.stream); // compiles, loads, raises shared memory limits: never measured
+  KJIT_CU_CHECK(d.cuStreamSynchronize(r.stream), "the first run of the work");
+  timing.first_ms =
+    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - first).count();
+
+  KJIT_CU_CHECK(d.cuEventRecord(r.start, r.stream), "timing on the device");
+  run(r.stream);
+  KJIT_CU_CHECK(d.cuEventRecord(r.stop, r.stream), "timing on the device");
+  const double estimate = r.elapsed();
+  timing.ms = measure(r, run, options, estimate, timing);
+  if (flush_only) {
+    DeviceTiming alone;
+    const double flush_ms = measure(r, flush_only, options, estimate, alone);
+    timing.ms = std::max(timing.ms - flush_ms, 0.0);
+  }
   return timing;
 }
 

@@ -8,9 +8,13 @@
 // `batch_ms` is sized. With `graphs`, the batch is captured once into a CUDA graph and the graph
 // is replayed, so that the host's launch overhead does not hide the kernel time of microsecond
 // kernels; work that cannot be captured is timed as direct launches instead. The result is the
-// median over `repeats` batches of the time per run. The L2 cache is left as the runs leave it
-// (warm for inputs smaller than it), the same for every candidate. Everything the timer created
-// is gone when it returns or throws, and its stream has drained.
+// median over `repeats` batches of the time per run. By default the L2 cache is left as the runs
+// leave it (warm for inputs smaller than it, as an op's inputs often are when the op before
+// wrote them), the same for every candidate; with `flush_bytes`, every run is preceded by a
+// memset of that many bytes of a buffer of the timer's (twice the L2: it evicts the work's data,
+// as Triton's do_bench does), and the memsets' own time, measured alone the same way, is
+// subtracted. Everything the timer created is gone when it returns or throws, and its stream
+// has drained.
 #pragma once
 
 #include "runtime/cuda/driver_api.hpp"
@@ -20,10 +24,11 @@
 namespace kjit::detail {
 
 struct DeviceTimerOptions {
-  double batch_ms = 1.0; // about this long per measured batch
-  int repeats = 10;      // batches measured; the median is taken
-  int max_batch = 1000;  // runs per batch at most
-  bool graphs = true;    // replay a captured graph of the batch where the work allows
+  double batch_ms = 1.0;       // about this long per measured batch
+  int repeats = 10;            // batches measured; the median is taken
+  int max_batch = 1000;        // runs per batch at most
+  bool graphs = true;          // replay a captured graph of the batch where the work allows
+  std::size_t flush_bytes = 0; // > 0: evict the L2 before every run (see above)
 };
 
 struct DeviceTiming {
@@ -37,6 +42,9 @@ struct DeviceTiming {
 // `origin`, in the current context. Throws `DriverError` (and whatever `enqueue` throws).
 DeviceTiming time_on_device(CUstream origin, const std::function<void(CUstream)>& enqueue,
                             const DeviceTimerOptions& options = {});
+
+// The L2 cache of the current context's device, bytes (0 when the driver cannot say).
+std::size_t l2_cache_bytes() noexcept;
 
 // Whether `stream` is being captured into a CUDA graph (no timing, no synchronization may run
 // on it then). False when the driver cannot say.

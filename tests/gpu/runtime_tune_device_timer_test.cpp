@@ -83,3 +83,20 @@ TEST_CASE("the device timer passes on the work's errors and leaves no capture be
   CHECK(timing.ms > 0);
   CHECK_FALSE(kjit::detail::stream_capturing(nullptr));
 }
+
+TEST_CASE("with an L2 flush, the flush's own time is not counted", "[gpu]") {
+  kjit::test::TempDir dir;
+  kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = dir.path()});
+  const auto kernel = runtime.kernel(kjit::Program("spin.cu", k_source), "spin");
+  kjit::DeviceBuffer out(132 * 256 * sizeof(float));
+  auto enqueue = [&](CUstream stream) {
+    kernel.launch({132}, {256}, 0, reinterpret_cast<kjit::StreamHandle>(stream), out.get(), 20000);
+  };
+  const auto warm = kjit::detail::time_on_device(nullptr, enqueue);
+  REQUIRE(kjit::detail::l2_cache_bytes() > 0);
+  const auto cold = kjit::detail::time_on_device(
+    nullptr, enqueue,
+    kjit::detail::DeviceTimerOptions{.flush_bytes = 2 * kjit::detail::l2_cache_bytes()});
+  // A compute-bound kernel: the same time either way, though each cold run memsets ~100 MB.
+  CHECK(cold.ms == Approx(warm.ms).epsilon(0.15));
+}
