@@ -31,8 +31,12 @@ def test_the_real_op_examples_are_the_test_package_s():
     text = README.read_text()
     section = text[text.index("### Ops that real kernels need") :]
     section = section[: section.index("\n## ")]
+    section, tuning = section.split("#### Autotuning")
     blocks = re.findall(r"```toml\n(.*?)```", section, re.S)
     manifest = (README.parent / "tests" / "packages" / "optest" / "kernel.toml").read_text()
     assert len(blocks) == 4
     for block in blocks:
         assert block in manifest, block.splitlines()[0]
+    # The autotuning example is the tuned test package's scale op.
+    (block,) = re.findall(r"```toml\n(.*?)```", tuning, re.S)
+    assert block in (README.parent / "tests" / "packages" / "tuned" / "kernel.toml").read_text()
