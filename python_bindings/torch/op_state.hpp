@@ -40,8 +40,9 @@ constexpr std::size_t k_max_rank = 16;               // of an output or workspac
 constexpr std::size_t k_max_ops = 1024;              // trampolines
 constexpr std::size_t k_max_launches = 16;           // of one op
 constexpr std::int64_t k_default_shared = 48 * 1024; // dynamic shared memory without opt-in
-constexpr std::size_t k_max_tune = 8;                // tune parameters of one op
-constexpr std::size_t k_max_bucket = 48;             // bucket values and dtypes of one call
+constexpr std::size_t k_max_tune = detail::k_max_tune_params; // tune parameters of one op
+// A call's bucket: its tune_key values, then a dtype per tensor argument.
+constexpr std::size_t k_max_bucket = detail::k_max_tune_key + k_max_symbols;
 
 // A value error (torch raises ValueError for std::invalid_argument) naming the op.
 [[noreturn]] inline void value_error(const std::string& message) {

@@ -85,6 +85,9 @@ struct LaunchSpec {
 // Note [Tuning]: an op's tunable parameters. Each is an int symbol (after the workspaces) that
 // launch expressions read; a call takes the values of its bucket's tuned configuration, or the
 // defaults. Candidates are the cartesian product of the value lists, pruned by `valid`.
+constexpr std::size_t k_max_tune_params = 8; // tune parameters of one op
+constexpr std::size_t k_max_tune_key = 16;   // tune_key expressions of one op
+
 struct TuneParam {
   std::string name;
   std::vector<std::int64_t> values;

@@ -21,6 +21,11 @@ void read_tune_decl(const ManifestReader& reader, const toml::table& o, const st
   if (t == nullptr || t->empty()) {
     reader.fail(where + ".tune", tune, "expected a table {NAME = [values], ...}");
   }
+  if (t->size() > k_max_tune_params) { // the torch layer keeps a call's values in fixed arrays
+    reader.fail(
+      where + ".tune", tune,
+      fmt::format("{} tune parameters; an op has at most {}", t->size(), k_max_tune_params));
+  }
   for (const auto& [name, values] : *t) {
     const std::string at = where + ".tune." + std::string(name.str());
     const auto* array = values.as_array();
@@ -43,6 +48,11 @@ void read_tune_decl(const ManifestReader& reader, const toml::table& o, const st
   }
   decl.tune_valid = reader.string(o, "tune_valid", where, false);
   decl.tune_key = reader.list(o, "tune_key", where, true);
+  if (decl.tune_key.size() > k_max_tune_key) {
+    reader.fail(
+      where + ".tune_key", o.get("tune_key"),
+      fmt::format("{} bucket expressions; at most {}", decl.tune_key.size(), k_max_tune_key));
+  }
   const toml::node* defaults = o.get("tune_default");
   const auto* d = defaults != nullptr ? defaults->as_table() : nullptr;
   if (d == nullptr) {
