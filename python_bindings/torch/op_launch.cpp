@@ -17,8 +17,8 @@ namespace kjit::torch_layer {
 // fetched once). The slot of the launch's previous call is checked first, without a lock: a
 // stream of calls with the same dtypes pays one comparison. Slots live in a deque, so the
 // reference stays valid.
-KernelSlot& OpState::kernel(std::size_t l, const CallEnv& env, int device) {
-  const detail::LaunchSpec& launch = m_spec->launches[l];
+std::array<std::int64_t, k_max_spec> OpState::spec_values(const detail::LaunchSpec& launch,
+                                                          const CallEnv& env) const {
   std::array<std::int64_t, k_max_spec> values{};
   for (std::size_t i = 0; i < launch.specialize.size(); ++i) {
     const Expr& expr = launch.specialize[i].expr;
@@ -32,6 +32,23 @@ KernelSlot& OpState::kernel(std::size_t l, const CallEnv& env, int device) {
                               launch.specialize[i].name, e.what()));
     }
   }
+  return values;
+}
+
+std::pair<Program, std::string>
+OpState::specialized(const detail::LaunchSpec& launch,
+                     const std::array<std::int64_t, k_max_spec>& values) const {
+  std::vector<std::pair<std::string, std::string>> texts;
+  for (std::size_t i = 0; i < launch.specialize.size(); ++i) {
+    const auto& param = launch.specialize[i];
+    texts.emplace_back(param.name, detail::specialization_text(param.expr.kind(), values[i]));
+  }
+  return m_package.specialize(m_package.kernels()[launch.kernel], texts);
+}
+
+KernelSlot& OpState::kernel(std::size_t l, const CallEnv& env, int device) {
+  const detail::LaunchSpec& launch = m_spec->launches[l];
+  const std::array<std::int64_t, k_max_spec> values = spec_values(launch, env);
   KernelSlot* last = m_last[l].load(std::memory_order_acquire);
   if (last != nullptr && last->device == device && last->values == values) {
     return *last;
@@ -43,14 +60,8 @@ KernelSlot& OpState::kernel(std::size_t l, const CallEnv& env, int device) {
       return slot;
     }
   }
-  std::vector<std::pair<std::string, std::string>> texts;
-  for (std::size_t i = 0; i < launch.specialize.size(); ++i) {
-    const auto& param = launch.specialize[i];
-    texts.emplace_back(param.name, detail::specialization_text(param.expr.kind(), values[i]));
-  }
   const auto start = std::chrono::steady_clock::now();
-  const KernelDecl& decl = m_package.kernels()[launch.kernel];
-  auto [program, name] = m_package.specialize(decl, texts);
+  auto [program, name] = specialized(launch, values);
   const auto specialized = std::chrono::steady_clock::now();
   Kernel kernel = runtime().kernel(program, name);
   using Ms = std::chrono::duration<double, std::milli>;

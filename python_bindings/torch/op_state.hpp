@@ -181,6 +181,14 @@ private:
   // stream of calls with the same dtypes pays one comparison. Slots live in a deque, so the
   // reference stays valid.
   KernelSlot& kernel(std::size_t l, const CallEnv& env, int device);
+  // The values of `launch`'s specialization placeholders for this call; ValueError when one
+  // cannot be computed.
+  std::array<std::int64_t, k_max_spec> spec_values(const detail::LaunchSpec& launch,
+                                                   const CallEnv& env) const;
+  // The program and kernel name of `launch` specialized by `values`.
+  std::pair<Program, std::string>
+  specialized(const detail::LaunchSpec& launch,
+              const std::array<std::int64_t, k_max_spec>& values) const;
 
   unsigned launch_dim(const Expr& expr, const CallEnv& env, const char* what) const;
 

@@ -425,7 +425,7 @@ TunedConfig OpState::tune_now(const TorchApi& api, const CallEnv& env, int32_t d
 void OpState::precompile(CallEnv env, const std::vector<detail::TuneValues>& candidates) {
   const OpSpec& spec = *m_spec;
   std::vector<std::pair<Program, std::string>> work;
-  std::vector<std::string> seen;
+  std::vector<std::pair<std::size_t, std::array<std::int64_t, k_max_spec>>> seen; // kernel, values
   for (const auto& values : candidates) {
     try {
       if (!set_tune(env, values)) {
@@ -435,20 +435,10 @@ void OpState::precompile(CallEnv env, const std::vector<detail::TuneValues>& can
         if (launch.when && !Evaluator(*launch.when, env).boolean()) {
           continue;
         }
-        std::vector<std::pair<std::string, std::string>> texts;
-        for (const auto& param : launch.specialize) {
-          const Expr& expr = param.expr;
-          const std::int64_t v =
-            expr.kind() == Kind::dtype   ? static_cast<std::int64_t>(Evaluator(expr, env).dtype())
-            : expr.kind() == Kind::bool_ ? std::int64_t(Evaluator(expr, env).boolean())
-                                         : Evaluator(expr, env).integer();
-          texts.emplace_back(param.name, detail::specialization_text(expr.kind(), v));
-        }
-        auto [program, name] = m_package.specialize(m_package.kernels()[launch.kernel], texts);
-        const std::string id = fmt::format("{}|{}", program.name(), name);
+        std::pair id{launch.kernel, spec_values(launch, env)};
         if (std::find(seen.begin(), seen.end(), id) == seen.end()) {
-          seen.push_back(id);
-          work.emplace_back(std::move(program), std::move(name));
+          work.push_back(specialized(launch, id.second));
+          seen.push_back(std::move(id));
         }
       }
     } catch (const std::exception&) {
