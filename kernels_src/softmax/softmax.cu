@@ -4,10 +4,12 @@
 // One block of BLOCK threads per row of n elements, read as vectors of VEC elements (16 bytes
 // where the row and pointer are aligned, else 1). The row's maximum and sum of exponentials are
 // found in one pass (online: a new maximum rescales the running sum), per thread then across
-// the block.
+// the block; a thread's loop keeps UNROLL vectors' loads in flight.
 //
-// softmax: a second pass writes exp(x - max) / sum (its reads mostly from L2: the block read
-// that row just before). backward: dx = y * (dy - sum(dy * y)), two passes likewise.
+// softmax: ITEMS > 0: thread t keeps vectors t, t + BLOCK, ... (ITEMS of them, as loaded) in
+// registers, so the row is read from memory once. ITEMS 0 (rows too long for that): a second
+// pass reads the row again (mostly from L2: the block read it just before) and writes
+// exp(x - max) / sum. backward: dx = y * (dy - sum(dy * y)), two passes likewise.
 //
 // cross-entropy: the forward reads each row once and keeps per row lse = log(sum(exp(x))) (a
 // hidden output the backward uses) and loss = lse - (1 - eps) x[t] - eps / n sum(x) (eps: label
@@ -46,6 +48,36 @@ __device__ __forceinline__ void store(T* p, const float (&src)[VEC]) {
     v.v[j] = T(src[j]);
   }
   *reinterpret_cast<Vec<T, VEC>*>(p) = v;
+}
+
+// Vectors of its loop a thread loads before it uses the first (bytes in flight).
+constexpr int UNROLL = 4;
+
+template <typename T, int VEC>
+__device__ __forceinline__ void to_float(float (&dst)[VEC], const Vec<T, VEC>& v) {
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    dst[j] = static_cast<float>(v.v[j]);
+  }
+}
+
+// (max, sum of exp(v - max)) of one vector; (-inf, 0) when every element is -inf (a masked
+// part of a row), which merge() then leaves out.
+template <int VEC>
+__device__ __forceinline__ float2 vector_max_sum(const float (&v)[VEC]) {
+  float m = v[0];
+#pragma unroll
+  for (int j = 1; j < VEC; ++j) {
+    m = fmaxf(m, v[j]);
+  }
+  float s = 0.f;
+  if (m != neg_inf()) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      s += __expf(v[j] - m);
+    }
+  }
+  return make_float2(m, s);
 }
 
 // (max, sum of exp(x - max)) of two parts.
@@ -118,45 +150,106 @@ template <typename T, int BLOCK, int VEC>
 __device__ __forceinline__ float2 thread_max_sum(const T* __restrict__ x, long long n,
                                                  float& total) {
   float2 acc = make_float2(neg_inf(), 0.f);
-  for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
+  const long long nv = n / VEC;
+  long long i = threadIdx.x;
+  for (; i + (UNROLL - 1) * BLOCK < nv; i += UNROLL * BLOCK) {
+    Vec<T, VEC> raw[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      raw[u] = *reinterpret_cast<const Vec<T, VEC>*>(x + (i + u * BLOCK) * VEC);
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      float v[VEC];
+      to_float<T, VEC>(v, raw[u]);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        total += v[j];
+      }
+      acc = merge(acc, vector_max_sum<VEC>(v));
+    }
+  }
+  for (; i < nv; i += BLOCK) {
     float v[VEC];
     load<T, VEC>(v, x + i * VEC);
-    float m = v[0];
-#pragma unroll
-    for (int j = 1; j < VEC; ++j) {
-      m = fmaxf(m, v[j]);
-    }
-    float s = 0.f;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      s += __expf(v[j] - m);
       total += v[j];
     }
-    acc = merge(acc, make_float2(m, s));
+    acc = merge(acc, vector_max_sum<VEC>(v));
   }
   return acc;
 }
 
 } // namespace
 
-template <typename T, int BLOCK, int VEC>
+template <typename T, int BLOCK, int VEC, int ITEMS>
 __global__ void __launch_bounds__(BLOCK)
   softmax_kernel(T* __restrict__ y, const T* __restrict__ x, long long n) {
   __shared__ float2 shared[32];
   const long long row = blockIdx.x;
   x += row * n;
   y += row * n;
-  float unused = 0.f;
-  const float2 ms = block_max_sum<BLOCK>(thread_max_sum<T, BLOCK, VEC>(x, n, unused), shared);
-  const float inv = 1.f / ms.y;
-  for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
-    float v[VEC];
-    load<T, VEC>(v, x + i * VEC);
+  if constexpr (ITEMS > 0) {
+    const int nv = static_cast<int>(n / VEC);
+    Vec<T, VEC> raw[ITEMS];
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      v[j] = __expf(v[j] - ms.x) * inv;
+    for (int k = 0; k < ITEMS; ++k) {
+      const int i = threadIdx.x + k * BLOCK;
+      if (i < nv) {
+        raw[k] = *reinterpret_cast<const Vec<T, VEC>*>(x + i * VEC);
+      }
     }
-    store<T, VEC>(y + i * VEC, v);
+    float m = neg_inf();
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      if (threadIdx.x + k * BLOCK < nv) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          m = fmaxf(m, static_cast<float>(raw[k].v[j]));
+        }
+      }
+    }
+    float s = 0.f;
+    if (m != neg_inf()) {
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        if (threadIdx.x + k * BLOCK < nv) {
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            s += __expf(static_cast<float>(raw[k].v[j]) - m);
+          }
+        }
+      }
+    }
+    const float2 ms = block_max_sum<BLOCK>(make_float2(m, s), shared);
+    const float inv = 1.f / ms.y;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int i = threadIdx.x + k * BLOCK;
+      if (i < nv) {
+        float v[VEC];
+        to_float<T, VEC>(v, raw[k]);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          v[j] = __expf(v[j] - ms.x) * inv;
+        }
+        store<T, VEC>(y + i * VEC, v);
+      }
+    }
+  } else {
+    float unused = 0.f;
+    const float2 ms = block_max_sum<BLOCK>(thread_max_sum<T, BLOCK, VEC>(x, n, unused), shared);
+    const float inv = 1.f / ms.y;
+    for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
+      float v[VEC];
+      load<T, VEC>(v, x + i * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        v[j] = __expf(v[j] - ms.x) * inv;
+      }
+      store<T, VEC>(y + i * VEC, v);
+    }
   }
 }
 

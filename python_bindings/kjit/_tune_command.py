@@ -162,4 +162,10 @@ def run(args) -> int:
             )
     if args.json:
         print(json.dumps(report, indent=2))
-    return 1 if failed else 0
+    if failed:
+        return 1
+    if all("skipped" in row for row in report):
+        # Every op needed something the command line did not give: nothing was tuned.
+        print("kjit tune: no call could be made (each needs a tensor or argument not given)", file=sys.stderr)
+        return 1
+    return 0

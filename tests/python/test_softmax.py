@@ -41,6 +41,25 @@ def test_softmax_forward_and_backward(softmax, device, dtype, shape):
     close(xk.grad, xr.grad.to(dtype), dtype, 2)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [64, 4096, 32768, 131072])
+def test_softmax_masked_rows(softmax, device, dtype, n):
+    """-inf logits (attention masks): whole vectors and whole threads' shares of a row masked,
+    a row with one element left, and a fully masked row (NaN, as torch)."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(4, n, generator=g) * 3
+    x[0, : n // 2] = float("-inf")
+    x[1, 1:] = float("-inf")
+    x[2, ::3] = float("-inf")
+    x[3] = float("-inf")
+    x = x.to(device, dtype)
+    got = softmax.softmax(x)
+    want = torch.softmax(x.float(), -1).to(dtype)
+    close(got[:3], want[:3], dtype)
+    assert torch.isnan(got[3]).all() and torch.isnan(want[3]).all()
+
+
 def reference_ce(logits, target, ignore_index, smoothing, reduction):
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1),
                            ignore_index=ignore_index, label_smoothing=smoothing, reduction=reduction)
@@ -118,4 +137,5 @@ def test_warm_covers_the_common_shapes(softmax):
     assert "cross_entropy_kernel<__nv_bfloat16, 1024, 8>" in warm
     assert "cross_entropy_backward_kernel<float, 1024, 4>" in warm
     assert "cross_entropy_reduce_kernel<1>" in warm and "cross_entropy_reduce_kernel<0>" in warm
-    assert "softmax_kernel<__nv_bfloat16, 1024, 8>" in warm  # a 128k vocabulary
+    assert "softmax_kernel<__nv_bfloat16, 1024, 8, 0>" in warm  # a 128k vocabulary: read twice
+    assert "softmax_kernel<__nv_bfloat16, 128, 8, 4>" in warm  # hidden 4096: the row in registers

@@ -181,19 +181,29 @@ def test_kjit_tune_pretunes_shapes(tmp_path):
     env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path))
     result = subprocess.run(
         [sys.executable, "-m", "kjit", "tune", str(PACKAGE), "--op", "scale", "--shape", "x=4096", "--shape",
-         "x=65536x16", "--json"],
+         "x=65536x16", "--arg", "alpha=2.0", "--json"],
         capture_output=True, text=True, env=env, timeout=600,
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert [r["op"] for r in report] == ["tuned::scale", "tuned::scale"]
-    assert all(r["tuned_now"] for r in report)
+    assert all(r["tuned_now"] and "skipped" not in r for r in report), report
+    assert [r["bucket"] for r in report] != [report[0]["bucket"]] * 2  # two buckets
     again = subprocess.run(
-        [sys.executable, "-m", "kjit", "tune", str(PACKAGE), "--op", "scale", "--shape", "x=4096", "--json"],
+        [sys.executable, "-m", "kjit", "tune", str(PACKAGE), "--op", "scale", "--shape", "x=4096", "--arg", "alpha=2.0",
+         "--json"],
         capture_output=True, text=True, env=env, timeout=600,
     )
     assert again.returncode == 0, again.stderr
     assert not json.loads(again.stdout)[0]["tuned_now"]
+    # An argument the schema needs and the command line does not give: nothing tuned, an error.
+    missing = subprocess.run(
+        [sys.executable, "-m", "kjit", "tune", str(PACKAGE), "--op", "scale", "--shape", "x=8192"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert missing.returncode == 1
+    assert "needs argument 'alpha' (--arg alpha=VALUE)" in missing.stdout
+    assert "no call could be made" in missing.stderr
 
 
 def _shipped_cases():
