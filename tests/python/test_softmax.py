@@ -48,16 +48,17 @@ def test_softmax_masked_rows(softmax, device, dtype, n):
     """-inf logits (attention masks): whole vectors and whole threads' shares of a row masked,
     a row with one element left, and a fully masked row (NaN, as torch)."""
     g = torch.Generator().manual_seed(2)
-    x = torch.randn(4, n, generator=g) * 3
-    x[0, : n // 2] = float("-inf")
-    x[1, 1:] = float("-inf")
-    x[2, ::3] = float("-inf")
-    x[3] = float("-inf")
+    x = torch.randn(5, n, generator=g) * 3
+    x[0, n // 2 :] = float("-inf")  # after the finite part of each thread's share
+    x[1, : n // 2] = float("-inf")  # before it
+    x[2, 1:] = float("-inf")
+    x[3, ::3] = float("-inf")
+    x[4] = float("-inf")
     x = x.to(device, dtype)
     got = softmax.softmax(x)
     want = torch.softmax(x.float(), -1).to(dtype)
-    close(got[:3], want[:3], dtype)
-    assert torch.isnan(got[3]).all() and torch.isnan(want[3]).all()
+    close(got[:4], want[:4], dtype)
+    assert torch.isnan(got[4]).all() and torch.isnan(want[4]).all()
 
 
 def reference_ce(logits, target, ignore_index, smoothing, reduction):
