@@ -295,6 +295,11 @@ def render(out, command, note=""):
                      else f"failed: {errors[f'{phase} {n}']}" if f"{phase} {n}" in errors
                      else "not run" for n in systems]
             lines.append(f"| {phase} | " + " | ".join(cells) + " |")
+        checks = e2e.get("checks", {})
+        if checks:
+            lines += ["", "Forward logits against eager's: " + "; ".join(
+                f"{n} relative error {c['relative_error']:.2e}, top-1 agreement {c['top1_agreement']:.4f}"
+                for n, c in checks.items()) + "."]
     if warm.get("rows"):
         lines += ["", f"## Pre-warm throughput (`bench_warm.py`, {warm['cores']} cores)", "",
                   f"`kjit warm` of img2gray and activation for {warm['archs']}, empty cache each time.",

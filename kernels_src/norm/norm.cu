@@ -8,7 +8,10 @@
 // twice (the second time mostly from L2); the backward kernels then sum the weight gradients in
 // dynamic shared memory (ITEMS 0) or, rows too long for that, in the workspace (ITEMS -1).
 //
-// Forward kernels: one block per row. Backward kernels: a grid of G blocks (G <= rows), block b
+// Forward kernels: BLOCK threads a row; a block takes one row, or with BLOCK <= 32 it takes
+// 128 / BLOCK rows (rows_a_block: a row of a few vectors then still fills the SMs), the last
+// block's threads past the last row joining its reductions but reading and writing nothing.
+// Backward kernels: a grid of G blocks (G <= rows), block b
 // taking rows b, b + G, ... (the next row's loads in flight while a row is reduced and written);
 // each block sums its rows' weight (and bias) gradients in registers and writes them to row b of
 // a [G, n] float32 workspace, which col_sum_kernel reduces.
@@ -51,11 +54,19 @@ __device__ __forceinline__ void store(T* p, const float (&src)[VEC]) {
   *reinterpret_cast<Vec<T, VEC>*>(p) = v;
 }
 
-// The sums over the block of a and b (BLOCK a multiple of 32); `shared` holds 32 float2.
+// Rows a block of a forward kernel takes (its threads: BLOCK * rows_a_block).
+template <int BLOCK>
+constexpr int rows_a_block = BLOCK <= 32 ? 128 / BLOCK : 1;
+
+template <int BLOCK>
+constexpr int threads_a_block = BLOCK <= 32 ? 128 : BLOCK; // BLOCK * rows_a_block
+
+// The sums of a and b over a row's BLOCK threads: the block (BLOCK a multiple of 32), or an
+// aligned group of BLOCK lanes of a warp (BLOCK <= 32); `shared` holds 32 float2.
 template <int BLOCK>
 __device__ __forceinline__ float2 block_sum2(float a, float b, float2* shared) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
+  for (int o = (BLOCK < 32 ? BLOCK : 32) / 2; o > 0; o >>= 1) {
     a += __shfl_xor_sync(0xffffffffu, a, o);
     b += __shfl_xor_sync(0xffffffffu, b, o);
   }
@@ -82,6 +93,21 @@ __device__ __forceinline__ float2 block_sum2(float a, float b, float2* shared) {
 template <int BLOCK>
 __device__ __forceinline__ float block_sum(float a, float2* shared) {
   return block_sum2<BLOCK>(a, 0.f, shared).x;
+}
+
+// A forward kernel's thread: its row, its index t among the row's BLOCK threads, and the row's
+// vectors (0 past the last row: such a thread only joins the reductions).
+struct RowSlot {
+  long long row;
+  int t;
+  int nv;
+};
+
+template <int BLOCK, int VEC>
+__device__ __forceinline__ RowSlot row_slot(int n, long long rows) {
+  const long long row =
+    static_cast<long long>(blockIdx.x) * rows_a_block<BLOCK> + threadIdx.x / BLOCK;
+  return {row, static_cast<int>(threadIdx.x % BLOCK), row < rows ? n / VEC : 0};
 }
 
 // Row `row` of x and of g (when row < rows) into this thread's registers.
@@ -112,28 +138,27 @@ __device__ __forceinline__ float rms_out(float normed, float weight) {
 template <typename T, int BLOCK, int VEC, int ITEMS, int MODE>
 __device__ __forceinline__ void rms_row_registers(T* __restrict__ y, float* __restrict__ rstd,
                                                   const T* __restrict__ w, float (&v)[ITEMS][VEC],
-                                                  float ss, float eps, float offset, int n,
-                                                  long long row, float2* shared) {
-  const int nv = n / VEC;
+                                                  float ss, float eps, float offset, int n, int nv,
+                                                  int t, long long row, float2* shared) {
   // Up to 2 vectors a thread, the weights are loaded before the reduction, which hides their
   // latency; with more, the registers they take would cost occupancy.
   float wv[ITEMS][VEC];
   if constexpr (ITEMS <= 2) {
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-      const int i = threadIdx.x + k * BLOCK;
+      const int i = t + k * BLOCK;
       if (i < nv) {
         load<T, VEC>(wv[k], w + i * VEC);
       }
     }
   }
   const float r = rsqrtf(block_sum<BLOCK>(ss, shared) / n + eps);
-  if (threadIdx.x == 0) {
+  if (t == 0 && nv > 0) {
     rstd[row] = r;
   }
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
-    const int i = threadIdx.x + k * BLOCK;
+    const int i = t + k * BLOCK;
     if (i < nv) {
       if constexpr (ITEMS > 2) {
         load<T, VEC>(wv[k], w + i * VEC);
@@ -150,21 +175,21 @@ __device__ __forceinline__ void rms_row_registers(T* __restrict__ y, float* __re
 
 } // namespace
 
-// y = rms_norm(x) * (w + offset); rstd[row] = 1 / sqrt(mean(x^2) + eps). Grid: rows.
+// y = rms_norm(x) * (w + offset); rstd[row] = 1 / sqrt(mean(x^2) + eps).
+// Grid: cdiv(rows, rows_a_block); block: BLOCK * rows_a_block threads.
 template <typename T, int BLOCK, int VEC, int ITEMS, int MODE>
-__global__ void __launch_bounds__(BLOCK)
+__global__ void __launch_bounds__(threads_a_block<BLOCK>)
   rms_norm_kernel(T* __restrict__ y, float* __restrict__ rstd, const T* __restrict__ x,
-                  const T* __restrict__ w, float eps, float offset, int n) {
+                  const T* __restrict__ w, float eps, float offset, int n, long long rows) {
   __shared__ float2 shared[32];
-  const long long row = blockIdx.x;
+  const auto [row, t, nv] = row_slot<BLOCK, VEC>(n, rows);
   const T* xr = x + row * n;
-  const int nv = n / VEC;
   float ss = 0.f;
   if constexpr (ITEMS > 0) {
     float v[ITEMS][VEC];
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-      const int i = threadIdx.x + k * BLOCK;
+      const int i = t + k * BLOCK;
       if (i < nv) {
         load<T, VEC>(v[k], xr + i * VEC);
       } else {
@@ -178,9 +203,10 @@ __global__ void __launch_bounds__(BLOCK)
         ss += v[k][j] * v[k][j];
       }
     }
-    rms_row_registers<T, BLOCK, VEC, ITEMS, MODE>(y, rstd, w, v, ss, eps, offset, n, row, shared);
+    rms_row_registers<T, BLOCK, VEC, ITEMS, MODE>(y, rstd, w, v, ss, eps, offset, n, nv, t, row,
+                                                  shared);
   } else {
-    for (int i = threadIdx.x; i < nv; i += BLOCK) {
+    for (int i = t; i < nv; i += BLOCK) {
       float v[VEC];
       load<T, VEC>(v, xr + i * VEC);
 #pragma unroll
@@ -189,10 +215,10 @@ __global__ void __launch_bounds__(BLOCK)
       }
     }
     const float r = rsqrtf(block_sum<BLOCK>(ss, shared) / n + eps);
-    if (threadIdx.x == 0) {
+    if (t == 0 && nv > 0) {
       rstd[row] = r;
     }
-    for (int i = threadIdx.x; i < nv; i += BLOCK) {
+    for (int i = t; i < nv; i += BLOCK) {
       float v[VEC];
       float wv[VEC];
       load<T, VEC>(v, xr + i * VEC);
@@ -207,22 +233,22 @@ __global__ void __launch_bounds__(BLOCK)
 }
 
 // residual += x (rounded to T, as vLLM's fused_add_rms_norm); x = rms_norm(residual) * (w +
-// offset). Both in place. Grid: rows.
+// offset). Both in place. Grid and block as rms_norm_kernel's.
 template <typename T, int BLOCK, int VEC, int ITEMS, int MODE>
-__global__ void __launch_bounds__(BLOCK)
+__global__ void __launch_bounds__(threads_a_block<BLOCK>)
   fused_add_rms_norm_kernel(T* __restrict__ x, T* __restrict__ residual, float* __restrict__ rstd,
-                            const T* __restrict__ w, float eps, float offset, int n) {
+                            const T* __restrict__ w, float eps, float offset, int n,
+                            long long rows) {
   __shared__ float2 shared[32];
-  const long long row = blockIdx.x;
+  const auto [row, t, nv] = row_slot<BLOCK, VEC>(n, rows);
   T* xr = x + row * n;
   T* rr = residual + row * n;
-  const int nv = n / VEC;
   float ss = 0.f;
   if constexpr (ITEMS > 0) {
     float v[ITEMS][VEC];
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-      const int i = threadIdx.x + k * BLOCK;
+      const int i = t + k * BLOCK;
       if (i < nv) {
         float a[VEC];
         load<T, VEC>(a, xr + i * VEC);
@@ -243,9 +269,10 @@ __global__ void __launch_bounds__(BLOCK)
         ss += v[k][j] * v[k][j];
       }
     }
-    rms_row_registers<T, BLOCK, VEC, ITEMS, MODE>(x, rstd, w, v, ss, eps, offset, n, row, shared);
+    rms_row_registers<T, BLOCK, VEC, ITEMS, MODE>(x, rstd, w, v, ss, eps, offset, n, nv, t, row,
+                                                  shared);
   } else {
-    for (int i = threadIdx.x; i < nv; i += BLOCK) {
+    for (int i = t; i < nv; i += BLOCK) {
       float a[VEC];
       float v[VEC];
       load<T, VEC>(a, xr + i * VEC);
@@ -258,10 +285,10 @@ __global__ void __launch_bounds__(BLOCK)
       store<T, VEC>(rr + i * VEC, v);
     }
     const float r = rsqrtf(block_sum<BLOCK>(ss, shared) / n + eps);
-    if (threadIdx.x == 0) {
+    if (t == 0 && nv > 0) {
       rstd[row] = r;
     }
-    for (int i = threadIdx.x; i < nv; i += BLOCK) {
+    for (int i = t; i < nv; i += BLOCK) {
       float v[VEC];
       float wv[VEC];
       load<T, VEC>(v, rr + i * VEC); // this thread's own writes
@@ -412,17 +439,16 @@ __global__ void __launch_bounds__(BLOCK)
 }
 
 // y = (x - mean) * rstd * w + b (b absent: HAS_BIAS false); mean and rstd saved per row.
-// Grid: rows.
+// Grid and block as rms_norm_kernel's.
 template <typename T, int BLOCK, int VEC, int ITEMS, bool HAS_BIAS>
-__global__ void __launch_bounds__(BLOCK)
+__global__ void __launch_bounds__(threads_a_block<BLOCK>)
   layer_norm_kernel(T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
                     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                    float eps, int n) {
+                    float eps, int n, long long rows) {
   __shared__ float2 shared[32];
-  const long long row = blockIdx.x;
+  const auto [row, t, nv] = row_slot<BLOCK, VEC>(n, rows);
   const T* xr = x + row * n;
   T* yr = y + row * n;
-  const int nv = n / VEC;
   float mean;
   float r;
   if constexpr (ITEMS > 0) {
@@ -430,7 +456,7 @@ __global__ void __launch_bounds__(BLOCK)
     float s = 0.f;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-      const int i = threadIdx.x + k * BLOCK;
+      const int i = t + k * BLOCK;
       if (i < nv) {
         load<T, VEC>(v[k], xr + i * VEC);
 #pragma unroll
@@ -443,7 +469,7 @@ __global__ void __launch_bounds__(BLOCK)
     float ss = 0.f; // the variance around the mean, from registers: no cancellation
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-      const int i = threadIdx.x + k * BLOCK;
+      const int i = t + k * BLOCK;
       if (i < nv) {
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
@@ -455,7 +481,7 @@ __global__ void __launch_bounds__(BLOCK)
     r = rsqrtf(block_sum<BLOCK>(ss, shared) / n + eps);
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-      const int i = threadIdx.x + k * BLOCK;
+      const int i = t + k * BLOCK;
       if (i < nv) {
         float wv[VEC];
         float bv[VEC] = {};
@@ -473,7 +499,7 @@ __global__ void __launch_bounds__(BLOCK)
   } else {
     float s = 0.f;
     float ss = 0.f;
-    for (int i = threadIdx.x; i < nv; i += BLOCK) {
+    for (int i = t; i < nv; i += BLOCK) {
       float v[VEC];
       load<T, VEC>(v, xr + i * VEC);
 #pragma unroll
@@ -485,7 +511,7 @@ __global__ void __launch_bounds__(BLOCK)
     const float2 sums = block_sum2<BLOCK>(s, ss, shared);
     mean = sums.x / n;
     r = rsqrtf(fmaxf(sums.y / n - mean * mean, 0.f) + eps);
-    for (int i = threadIdx.x; i < nv; i += BLOCK) {
+    for (int i = t; i < nv; i += BLOCK) {
       float v[VEC];
       float wv[VEC];
       float bv[VEC] = {};
@@ -501,7 +527,7 @@ __global__ void __launch_bounds__(BLOCK)
       store<T, VEC>(yr + i * VEC, v);
     }
   }
-  if (threadIdx.x == 0) {
+  if (t == 0 && nv > 0) {
     mean_out[row] = mean;
     rstd_out[row] = r;
   }

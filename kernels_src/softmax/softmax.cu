@@ -1,10 +1,11 @@
 // Softmax over the last dim (forward, backward) and cross-entropy over large vocabularies
 // (forward, backward) for T = float, __half or __nv_bfloat16, float32 arithmetic.
 //
-// One block of BLOCK threads per row of n elements, read as vectors of VEC elements (16 bytes
-// where the row and pointer are aligned, else 1). The row's maximum and sum of exponentials are
-// found in one pass (online: a new maximum rescales the running sum), per thread then across
-// the block; a thread's loop keeps UNROLL vectors' loads in flight.
+// BLOCK threads a row of n elements, read as vectors of VEC elements (16 bytes where the row and
+// pointer are aligned, else 1); a block takes one row, but softmax's forward block with BLOCK <=
+// 32 takes 128 / BLOCK rows (rows of a few vectors then still fill the SMs). The row's maximum and
+// sum of exponentials are found in one pass (online: a new maximum rescales the running sum), per
+// thread then across the block; a thread's loop keeps UNROLL vectors' loads in flight.
 //
 // softmax: ITEMS > 0: thread t keeps vectors t, t + BLOCK, ... (ITEMS of them, as loaded) in
 // registers, so the row is read from memory once. ITEMS 0 (rows too long for that): a second
@@ -89,11 +90,19 @@ __device__ __forceinline__ float2 merge(float2 a, float2 b) {
   return make_float2(m, a.y * __expf(a.x - m) + b.y * __expf(b.x - m));
 }
 
-// The (max, sum) of the block; `shared` holds 32 float2. BLOCK a multiple of 32.
+// Rows a block of softmax_kernel takes (its threads: BLOCK * rows_a_block).
+template <int BLOCK>
+constexpr int rows_a_block = BLOCK <= 32 ? 128 / BLOCK : 1;
+
+template <int BLOCK>
+constexpr int threads_a_block = BLOCK <= 32 ? 128 : BLOCK; // BLOCK * rows_a_block
+
+// The (max, sum) over a row's BLOCK threads: the block (BLOCK a multiple of 32), or an aligned
+// group of BLOCK lanes of a warp (BLOCK <= 32); `shared` holds 32 float2.
 template <int BLOCK>
 __device__ __forceinline__ float2 block_max_sum(float2 v, float2* shared) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
+  for (int o = (BLOCK < 32 ? BLOCK : 32) / 2; o > 0; o >>= 1) {
     float2 other;
     other.x = __shfl_xor_sync(0xffffffffu, v.x, o);
     other.y = __shfl_xor_sync(0xffffffffu, v.y, o);
@@ -146,12 +155,12 @@ __device__ __forceinline__ float2 block_sum2(float a, float b, float2* shared) {
 
 // This thread's (max, sum of exp) of its vectors of row x (n / VEC of them), and the plain sum
 // of its elements into `total` (for label smoothing; unused elsewhere, and then optimized away).
+// t: the thread's index among the row's BLOCK threads; nv: the row's vectors.
 template <typename T, int BLOCK, int VEC>
-__device__ __forceinline__ float2 thread_max_sum(const T* __restrict__ x, long long n,
+__device__ __forceinline__ float2 thread_max_sum(const T* __restrict__ x, long long nv, int t,
                                                  float& total) {
   float2 acc = make_float2(neg_inf(), 0.f);
-  const long long nv = n / VEC;
-  long long i = threadIdx.x;
+  long long i = t;
   for (; i + (UNROLL - 1) * BLOCK < nv; i += UNROLL * BLOCK) {
     Vec<T, VEC> raw[UNROLL];
 #pragma unroll
@@ -183,19 +192,24 @@ __device__ __forceinline__ float2 thread_max_sum(const T* __restrict__ x, long l
 
 } // namespace
 
+// Grid: cdiv(rows, rows_a_block); block: BLOCK * rows_a_block threads, BLOCK a row. Threads past
+// the last row join the reductions but read and write nothing.
 template <typename T, int BLOCK, int VEC, int ITEMS>
-__global__ void __launch_bounds__(BLOCK)
-  softmax_kernel(T* __restrict__ y, const T* __restrict__ x, long long n) {
+__global__ void __launch_bounds__(threads_a_block<BLOCK>)
+  softmax_kernel(T* __restrict__ y, const T* __restrict__ x, long long n, long long rows) {
   __shared__ float2 shared[32];
-  const long long row = blockIdx.x;
+  const long long row =
+    static_cast<long long>(blockIdx.x) * rows_a_block<BLOCK> + threadIdx.x / BLOCK;
+  const int t = static_cast<int>(threadIdx.x % BLOCK);
+  const long long nvl = row < rows ? n / VEC : 0; // the row's vectors
   x += row * n;
   y += row * n;
   if constexpr (ITEMS > 0) {
-    const int nv = static_cast<int>(n / VEC);
+    const int nv = static_cast<int>(nvl);
     Vec<T, VEC> raw[ITEMS];
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-      const int i = threadIdx.x + k * BLOCK;
+      const int i = t + k * BLOCK;
       if (i < nv) {
         raw[k] = *reinterpret_cast<const Vec<T, VEC>*>(x + i * VEC);
       }
@@ -203,7 +217,7 @@ __global__ void __launch_bounds__(BLOCK)
     float m = neg_inf();
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-      if (threadIdx.x + k * BLOCK < nv) {
+      if (t + k * BLOCK < nv) {
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
           m = fmaxf(m, static_cast<float>(raw[k].v[j]));
@@ -214,7 +228,7 @@ __global__ void __launch_bounds__(BLOCK)
     if (m != neg_inf()) {
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
-        if (threadIdx.x + k * BLOCK < nv) {
+        if (t + k * BLOCK < nv) {
 #pragma unroll
           for (int j = 0; j < VEC; ++j) {
             s += __expf(static_cast<float>(raw[k].v[j]) - m);
@@ -226,7 +240,7 @@ __global__ void __launch_bounds__(BLOCK)
     const float inv = 1.f / ms.y;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-      const int i = threadIdx.x + k * BLOCK;
+      const int i = t + k * BLOCK;
       if (i < nv) {
         float v[VEC];
         to_float<T, VEC>(v, raw[k]);
@@ -239,9 +253,10 @@ __global__ void __launch_bounds__(BLOCK)
     }
   } else {
     float unused = 0.f;
-    const float2 ms = block_max_sum<BLOCK>(thread_max_sum<T, BLOCK, VEC>(x, n, unused), shared);
+    const float2 ms =
+      block_max_sum<BLOCK>(thread_max_sum<T, BLOCK, VEC>(x, nvl, t, unused), shared);
     const float inv = 1.f / ms.y;
-    for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
+    for (long long i = t; i < nvl; i += BLOCK) {
       float v[VEC];
       load<T, VEC>(v, x + i * VEC);
 #pragma unroll
@@ -296,7 +311,8 @@ __global__ void __launch_bounds__(BLOCK)
   const long long row = blockIdx.x;
   const T* x = logits + row * n;
   float sum = 0.f; // of x, for label smoothing
-  const float2 acc = block_max_sum<BLOCK>(thread_max_sum<T, BLOCK, VEC>(x, n, sum), shared);
+  const float2 acc =
+    block_max_sum<BLOCK>(thread_max_sum<T, BLOCK, VEC>(x, n / VEC, threadIdx.x, sum), shared);
   sum = block_sum2<BLOCK>(sum, 0.f, shared).x;
   if (threadIdx.x == 0) {
     const float row_lse = acc.x + __logf(acc.y);

@@ -14,9 +14,10 @@ from conftest import cuda
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 DEVICES = ["cpu", pytest.param("cuda", marks=cuda)]
 # (leading shape, hidden): registers with ITEMS 1, 2, 3 and 4; n % 8 != 0 (one element at a
-# time, rows read twice); a row too long for registers; a 3-D input; no rows.
+# time, rows read twice); a row too long for registers; a 3-D input; no rows; short rows, several
+# a block, the last block part empty (128: 8 or 16 rows a block; 40: 16 or 32).
 SHAPES = [((5,), 64), ((7,), 4096), ((3,), 3072), ((2,), 5000), ((4,), 24576), ((2,), 32768),
-          ((2,), 65536), ((2, 3), 256), ((0,), 128)]
+          ((2,), 65536), ((2, 3), 256), ((0,), 128), ((1000,), 128), ((37,), 40)]
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 

@@ -223,6 +223,14 @@ def _shipped_cases():
     def softmax_inputs(dtype):
         return (torch.randn(300, 3000, device="cuda", dtype=dtype),)
 
+    # Short rows: the candidates of fewer than 32 threads a row, several rows a block.
+    def short_norm_inputs(dtype):
+        x = torch.randn(300, 200, device="cuda", dtype=dtype)
+        return (x, torch.randn(200, device="cuda", dtype=dtype))
+
+    def short_softmax_inputs(dtype):
+        return (torch.randn(300, 200, device="cuda", dtype=dtype),)
+
     def ce_inputs(dtype):
         logits = torch.randn(257, 32000, device="cuda", dtype=dtype)
         return (logits, torch.randint(0, 32000, (257,), device="cuda"))
@@ -260,14 +268,17 @@ def _shipped_cases():
         ("norm", "rms_norm", norm_inputs, rms_ref),
         ("norm", "rms_norm_backward", rms_backward_inputs, rms_backward_ref),
         ("norm", "layer_norm", norm_inputs, ln_ref),
+        ("norm", "rms_norm", short_norm_inputs, rms_ref),
+        ("norm", "layer_norm", short_norm_inputs, ln_ref),
         ("softmax", "softmax", softmax_inputs, lambda x: torch.softmax(x.float(), -1).to(x.dtype)),
+        ("softmax", "softmax", short_softmax_inputs, lambda x: torch.softmax(x.float(), -1).to(x.dtype)),
         ("softmax", "cross_entropy", ce_inputs, ce_ref),
         ("rotary", "apply_rotary", rotary_inputs, rotary_ref),
     ]
 
 
 @cuda
-@pytest.mark.parametrize("case", _shipped_cases(), ids=lambda c: f"{c[0]}.{c[1]}")
+@pytest.mark.parametrize("case", _shipped_cases(), ids=lambda c: f"{c[0]}.{c[1]}.{c[2].__name__}")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_every_candidate_of_the_shipped_ops_is_right_and_deterministic(case, dtype):
     package, op, make, reference = case
@@ -276,7 +287,7 @@ def test_every_candidate_of_the_shipped_ops_is_right_and_deterministic(case, dty
     args = make(dtype)
     expected = reference(*args)
     tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-4}
-    tried = 0
+    tried = small = 0
     for config in kjit.tuning.candidates(fn):
         with kjit.tuning.using(fn, config):
             try:
@@ -286,6 +297,7 @@ def test_every_candidate_of_the_shipped_ops_is_right_and_deterministic(case, dty
                 continue
             again = fn(*args)
         tried += 1
+        small += config.get("BLOCK", 1024) < 32
         pairs = zip(first, again) if isinstance(first, tuple) else [(first, again)]
         for a, b in pairs:
             assert torch.equal(a, b), f"{op} {config}: two runs differ"
@@ -294,3 +306,4 @@ def test_every_candidate_of_the_shipped_ops_is_right_and_deterministic(case, dty
         for got, want in zip(outs, refs):
             torch.testing.assert_close(got, want, **tolerance, msg=lambda m: f"{op} {config}: {m}")
     assert tried >= 2
+    assert small > 0 or not make.__name__.startswith("short"), "no candidate of < 32 threads a row ran"
