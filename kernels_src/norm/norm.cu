@@ -11,10 +11,10 @@
 // Forward kernels: BLOCK threads a row; a block takes one row, or with BLOCK <= 32 it takes
 // 128 / BLOCK rows (rows_a_block: a row of a few vectors then still fills the SMs), the last
 // block's threads past the last row joining its reductions but reading and writing nothing.
-// Backward kernels: a grid of G blocks (G <= rows), block b
-// taking rows b, b + G, ... (the next row's loads in flight while a row is reduced and written);
-// each block sums its rows' weight (and bias) gradients in registers and writes them to row b of
-// a [G, n] float32 workspace, which col_sum_kernel reduces.
+// Backward kernels: a grid of G blocks (G <= rows), block b taking rows b, b + G, ... (the next
+// row's loads in flight while a row is reduced and written); each block sums its rows' weight
+// (and bias) gradients in registers and writes them to row b of a [G, n] float32 workspace,
+// which col_sum_kernel reduces.
 //
 // MODE (RMSNorm's casting mode): 0 "llama": x * rstd rounded to T, then times (weight + offset),
 // as Hugging Face's LlamaRMSNorm; 1 "gemma": all float32, rounded once, as GemmaRMSNorm
