@@ -12,9 +12,10 @@
 // 128 / BLOCK rows (rows_a_block: a row of a few vectors then still fills the SMs), the last
 // block's threads past the last row joining its reductions but reading and writing nothing.
 // Backward kernels: a grid of G blocks (G <= rows), block b taking rows b, b + G, ... (the next
-// row's loads in flight while a row is reduced and written); each block sums its rows' weight
-// (and bias) gradients in registers and writes them to row b of a [G, n] float32 workspace,
-// which col_sum_kernel reduces.
+// row's loads in flight while a row is reduced and written, held as stored: 16-bit types take
+// half the registers of their float32 values, which are converted again where used); each
+// block sums its rows' weight (and bias) gradients in registers and writes them to row b of a
+// [G, n] float32 workspace, which col_sum_kernel reduces.
 //
 // MODE (RMSNorm's casting mode): 0 "llama": x * rstd rounded to T, then times (weight + offset),
 // as Hugging Face's LlamaRMSNorm; 1 "gemma": all float32, rounded once, as GemmaRMSNorm
@@ -110,9 +111,10 @@ __device__ __forceinline__ RowSlot row_slot(int n, long long rows) {
   return {row, static_cast<int>(threadIdx.x % BLOCK), row < rows ? n / VEC : 0};
 }
 
-// Row `row` of x and of g (when row < rows) into this thread's registers.
+// Row `row` of x and of g (when row < rows) into this thread's registers, as stored (16 bytes a
+// vector whatever T is: half the registers of float32 values for 16-bit types).
 template <typename T, int BLOCK, int VEC, int ITEMS>
-__device__ __forceinline__ void load_rows(float (&xv)[ITEMS][VEC], float (&gv)[ITEMS][VEC],
+__device__ __forceinline__ void load_rows(Vec<T, VEC> (&xv)[ITEMS], Vec<T, VEC> (&gv)[ITEMS],
                                           const T* __restrict__ x, const T* __restrict__ g,
                                           long long row, long long rows, int n) {
   if (row >= rows) {
@@ -123,8 +125,45 @@ __device__ __forceinline__ void load_rows(float (&xv)[ITEMS][VEC], float (&gv)[I
   for (int k = 0; k < ITEMS; ++k) {
     const int i = threadIdx.x + k * BLOCK;
     if (i < nv) {
-      load<T, VEC>(xv[k], x + row * n + i * VEC);
-      load<T, VEC>(gv[k], g + row * n + i * VEC);
+      xv[k] = *reinterpret_cast<const Vec<T, VEC>*>(x + row * n + i * VEC);
+      gv[k] = *reinterpret_cast<const Vec<T, VEC>*>(g + row * n + i * VEC);
+    }
+  }
+}
+
+// Hides v's value from the compiler, so that a float32 conversion of it is redone after this
+// point rather than kept live in registers from before it (16-byte vectors: 4 words).
+template <typename T, int VEC>
+__device__ __forceinline__ void opaque(Vec<T, VEC>& v) {
+  static_assert(sizeof(v) % 4 == 0, "16-byte vectors only");
+  auto* words = reinterpret_cast<unsigned*>(&v);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(v) / 4); ++i) {
+    asm volatile("" : "+r"(words[i]));
+  }
+}
+
+template <typename T, int VEC, int ITEMS>
+__device__ __forceinline__ void opaque(Vec<T, VEC> (&x)[ITEMS], Vec<T, VEC> (&g)[ITEMS],
+                                       Vec<T, VEC> (&w)[ITEMS]) {
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    opaque(x[k]);
+    opaque(g[k]);
+    opaque(w[k]);
+  }
+}
+
+// This thread's vectors of the weight (the same for every row).
+template <typename T, int BLOCK, int VEC, int ITEMS>
+__device__ __forceinline__ void load_weight(Vec<T, VEC> (&wv)[ITEMS], const T* __restrict__ w,
+                                            int n) {
+  const int nv = n / VEC;
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int i = threadIdx.x + k * BLOCK;
+    if (i < nv) {
+      wv[k] = *reinterpret_cast<const Vec<T, VEC>*>(w + i * VEC);
     }
   }
 }
@@ -315,40 +354,40 @@ __global__ void __launch_bounds__(BLOCK)
   const int nv = n / VEC;
   float* part = partial + static_cast<long long>(blockIdx.x) * n;
   if constexpr (ITEMS > 0) {
+    constexpr bool PREFETCH = ITEMS <= 2; // registers for the next row's x and g
     float acc[ITEMS][VEC] = {};
-    float xv[ITEMS][VEC];
-    float gv[ITEMS][VEC];
-    if constexpr (ITEMS <= 2) {
+    Vec<T, VEC> xv[ITEMS];
+    Vec<T, VEC> gv[ITEMS];
+    Vec<T, VEC> wv[ITEMS];
+    load_weight<T, BLOCK, VEC, ITEMS>(wv, w, n);
+    if constexpr (PREFETCH) {
       load_rows<T, BLOCK, VEC, ITEMS>(xv, gv, x, g, blockIdx.x, rows, n);
     }
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-      if constexpr (ITEMS > 2) { // no registers to spare for the next row's
+      if constexpr (!PREFETCH) {
         load_rows<T, BLOCK, VEC, ITEMS>(xv, gv, x, g, row, rows, n);
       }
       const float r = rstd[row];
       float dot = 0.f;
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
-        const int i = threadIdx.x + k * BLOCK;
-        if (i < nv) {
-          float wv[VEC];
-          load<T, VEC>(wv, w + i * VEC);
+        if (threadIdx.x + k * BLOCK < nv) {
 #pragma unroll
           for (int j = 0; j < VEC; ++j) {
-            const float xh = xv[k][j] * r;
-            acc[k][j] += gv[k][j] * (MODE == 0 ? round_to<T>(xh) : xh);
-            gv[k][j] *= wv[j] + offset; // gw from here on
-            dot += gv[k][j] * xh;
+            const float xh = static_cast<float>(xv[k].v[j]) * r;
+            const float gj = static_cast<float>(gv[k].v[j]);
+            acc[k][j] += gj * (MODE == 0 ? round_to<T>(xh) : xh);
+            dot += gj * (static_cast<float>(wv[k].v[j]) + offset) * xh;
           }
         }
       }
-      // The next row's loads are in flight while this one is reduced and written.
-      float xn[ITEMS][VEC];
-      float gn[ITEMS][VEC];
-      if constexpr (ITEMS <= 2) {
-        if constexpr (ITEMS <= 2) {
-          load_rows<T, BLOCK, VEC, ITEMS>(xn, gn, x, g, row + gridDim.x, rows, n);
-        }
+      // The next row's loads are in flight while this one is reduced and written; the row's
+      // float32 values are converted again after the reduction rather than held across it.
+      opaque(xv, gv, wv);
+      Vec<T, VEC> xn[ITEMS];
+      Vec<T, VEC> gn[ITEMS];
+      if constexpr (PREFETCH) {
+        load_rows<T, BLOCK, VEC, ITEMS>(xn, gn, x, g, row + gridDim.x, rows, n);
       }
       const float mean = block_sum<BLOCK>(dot, shared) / n;
 #pragma unroll
@@ -358,19 +397,18 @@ __global__ void __launch_bounds__(BLOCK)
           float o[VEC];
 #pragma unroll
           for (int j = 0; j < VEC; ++j) {
-            o[j] = r * (gv[k][j] - xv[k][j] * r * mean);
+            const float gw =
+              static_cast<float>(gv[k].v[j]) * (static_cast<float>(wv[k].v[j]) + offset);
+            o[j] = r * (gw - static_cast<float>(xv[k].v[j]) * r * mean);
           }
           store<T, VEC>(dx + row * n + i * VEC, o);
         }
       }
-      if constexpr (ITEMS <= 2) {
+      if constexpr (PREFETCH) {
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k) {
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            xv[k][j] = xn[k][j];
-            gv[k][j] = gn[k][j];
-          }
+          xv[k] = xn[k];
+          gv[k] = gn[k];
         }
       }
     }
@@ -548,16 +586,19 @@ __global__ void __launch_bounds__(BLOCK)
   float* pw = partial_w + static_cast<long long>(blockIdx.x) * n;
   float* pb = partial_b + static_cast<long long>(blockIdx.x) * n;
   if constexpr (ITEMS > 0) {
+    constexpr bool PREFETCH = ITEMS <= 2; // registers for the next row's x and g
     float acc_w[ITEMS][VEC] = {};
     float acc_b[ITEMS][VEC] = {};
-    float xh[ITEMS][VEC];
-    float gw[ITEMS][VEC];
-    if constexpr (ITEMS <= 2) {
-      load_rows<T, BLOCK, VEC, ITEMS>(xh, gw, x, g, blockIdx.x, rows, n);
+    Vec<T, VEC> xv[ITEMS];
+    Vec<T, VEC> gv[ITEMS];
+    Vec<T, VEC> wv[ITEMS];
+    load_weight<T, BLOCK, VEC, ITEMS>(wv, w, n);
+    if constexpr (PREFETCH) {
+      load_rows<T, BLOCK, VEC, ITEMS>(xv, gv, x, g, blockIdx.x, rows, n);
     }
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-      if constexpr (ITEMS > 2) { // no registers to spare for the next row's
-        load_rows<T, BLOCK, VEC, ITEMS>(xh, gw, x, g, row, rows, n);
+      if constexpr (!PREFETCH) {
+        load_rows<T, BLOCK, VEC, ITEMS>(xv, gv, x, g, row, rows, n);
       }
       const float mu = mean[row];
       const float r = rstd[row];
@@ -565,24 +606,25 @@ __global__ void __launch_bounds__(BLOCK)
       float dot = 0.f;
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
-        const int i = threadIdx.x + k * BLOCK;
-        if (i < nv) {
-          float wv[VEC];
-          load<T, VEC>(wv, w + i * VEC);
+        if (threadIdx.x + k * BLOCK < nv) {
 #pragma unroll
           for (int j = 0; j < VEC; ++j) {
-            xh[k][j] = (xh[k][j] - mu) * r;
-            acc_w[k][j] += gw[k][j] * xh[k][j];
-            acc_b[k][j] += gw[k][j];
-            gw[k][j] *= wv[j];
-            s += gw[k][j];
-            dot += gw[k][j] * xh[k][j];
+            const float xh = (static_cast<float>(xv[k].v[j]) - mu) * r;
+            const float gj = static_cast<float>(gv[k].v[j]);
+            acc_w[k][j] += gj * xh;
+            acc_b[k][j] += gj;
+            const float gw = gj * static_cast<float>(wv[k].v[j]);
+            s += gw;
+            dot += gw * xh;
           }
         }
       }
-      float xn[ITEMS][VEC];
-      float gn[ITEMS][VEC];
-      load_rows<T, BLOCK, VEC, ITEMS>(xn, gn, x, g, row + gridDim.x, rows, n);
+      opaque(xv, gv, wv);
+      Vec<T, VEC> xn[ITEMS];
+      Vec<T, VEC> gn[ITEMS];
+      if constexpr (PREFETCH) {
+        load_rows<T, BLOCK, VEC, ITEMS>(xn, gn, x, g, row + gridDim.x, rows, n);
+      }
       const float2 sums = block_sum2<BLOCK>(s, dot, shared);
       const float mean_gw = sums.x / n;
       const float mean_dot = sums.y / n;
@@ -593,19 +635,18 @@ __global__ void __launch_bounds__(BLOCK)
           float o[VEC];
 #pragma unroll
           for (int j = 0; j < VEC; ++j) {
-            o[j] = r * (gw[k][j] - mean_gw - xh[k][j] * mean_dot);
+            const float xh = (static_cast<float>(xv[k].v[j]) - mu) * r;
+            const float gw = static_cast<float>(gv[k].v[j]) * static_cast<float>(wv[k].v[j]);
+            o[j] = r * (gw - mean_gw - xh * mean_dot);
           }
           store<T, VEC>(dx + row * n + i * VEC, o);
         }
       }
-      if constexpr (ITEMS <= 2) {
+      if constexpr (PREFETCH) {
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k) {
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            xh[k][j] = xn[k][j];
-            gw[k][j] = gn[k][j];
-          }
+          xv[k] = xn[k];
+          gv[k] = gn[k];
         }
       }
     }
@@ -682,16 +723,18 @@ __global__ void __launch_bounds__(BLOCK)
   }
 }
 
-// out[c] = sum over b < G of partial[b, c], rounded to T. Block (32, 8): 32 columns, 8 row
-// strides, summed through shared memory. Grid: cdiv(n, 32). G == 0 gives zeros.
+// out[c] = sum over b < G of partial[b, c], rounded to T. Block (32, 32): 32 columns, 32 row
+// strides (a warp a stride, each with 4 loads in flight: the sum is a few microseconds of a
+// latency-bound read), summed through shared memory. Grid: cdiv(n, 32). G == 0 gives zeros.
 template <typename T>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(1024)
   col_sum_kernel(T* __restrict__ out, const float* __restrict__ partial, int groups, int n) {
-  __shared__ float s[8][33];
+  __shared__ float s[32][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
   float sum = 0.f;
   if (c < n) {
-    for (int b = threadIdx.y; b < groups; b += 8) {
+#pragma unroll 4
+    for (int b = threadIdx.y; b < groups; b += 32) {
       sum += partial[static_cast<long long>(b) * n + c];
     }
   }
@@ -699,7 +742,7 @@ __global__ void __launch_bounds__(256)
   __syncthreads();
   if (threadIdx.y == 0 && c < n) {
 #pragma unroll
-    for (int y = 1; y < 8; ++y) {
+    for (int y = 1; y < 32; ++y) {
       sum += s[y][threadIdx.x];
     }
     out[c] = T(sum);

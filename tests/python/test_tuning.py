@@ -264,10 +264,25 @@ def _shipped_cases():
         dx, dw = torch.autograd.grad(y, (xf, wf), grad.float())
         return (dx.to(x.dtype), dw.to(w.dtype))
 
+    def ln_backward_inputs(dtype):
+        x, w = norm_inputs(dtype)
+        mean = x.float().mean(-1)
+        rstd = torch.rsqrt(x.float().var(-1, unbiased=False) + 1e-5)
+        return (torch.randn_like(x), x, w, mean, rstd)
+
+    def ln_backward_ref(grad, x, w, mean, rstd):
+        xf = x.float().requires_grad_()
+        wf = w.float().requires_grad_()
+        bf = torch.zeros_like(wf, requires_grad=True)
+        y = torch.nn.functional.layer_norm(xf, (x.shape[-1],), wf, bf, 1e-5)
+        dx, dw, db = torch.autograd.grad(y, (xf, wf, bf), grad.float())
+        return (dx.to(x.dtype), dw.to(w.dtype), db.to(w.dtype))
+
     return [
         ("norm", "rms_norm", norm_inputs, rms_ref),
         ("norm", "rms_norm_backward", rms_backward_inputs, rms_backward_ref),
         ("norm", "layer_norm", norm_inputs, ln_ref),
+        ("norm", "layer_norm_backward", ln_backward_inputs, ln_backward_ref),
         ("norm", "rms_norm", short_norm_inputs, rms_ref),
         ("norm", "layer_norm", short_norm_inputs, ln_ref),
         ("softmax", "softmax", softmax_inputs, lambda x: torch.softmax(x.float(), -1).to(x.dtype)),
