@@ -233,32 +233,38 @@ class OpSpec:
         return composite
 
     def autograd(self, library) -> None:
-        """The twin's autograd formula (Note [Backward ops], ops.hpp): saves what the backward's
-        arguments name, and on backward calls the backward op with them and the gradients of
-        the returned outputs; its returns are the gradients of the arguments it names."""
+        """The op's Autograd kernel (Note [Backward ops], ops.hpp): an autograd.Function whose
+        forward calls the twin (every output, the hidden ones too) and saves what the backward's
+        arguments name, and whose backward calls the backward op with them and the gradients of
+        the returned outputs; its returns are the gradients of the arguments it names. Where no
+        gradient is needed it calls the twin alone."""
         namespace_ops = getattr(torch.ops, self.namespace)
+        twin = getattr(namespace_ops, self.twin).default
         backward_op = getattr(namespace_ops, self.backward["op"]).default
-        num_inputs, tensor_inputs = self.num_inputs, set(self.tensor_inputs)
+        num_inputs, tensor_inputs = self.num_inputs, list(self.tensor_inputs)
         gradients = list(self.backward["gradients"])
-        hidden = [o for o, h in enumerate(self.hidden) if h]
-        # Per backward argument: ("saved", k), ("value", argument index) or ("grad", output index).
+        returned = [o for o, _ in self.returns]  # outputs the op returns, in order
+        single = len(returned) == 1
+        # Per backward argument: ("saved", k), ("value", argument index) or ("grad", the
+        # position of that output among the op's returns; hidden ones have no gradient).
         plan, saved_from = [], []
         for source, index in self.backward["args"]:
             if source == "grad":
-                plan.append(("grad", index))
+                plan.append(("grad", returned.index(index)))
             elif source == "output" or index in tensor_inputs:
                 plan.append(("saved", len(saved_from)))
-                saved_from.append((source, index))
+                saved_from.append((source == "input", index))
             else:
                 plan.append(("value", index))
+        values_from = [index if kind == "value" else None for kind, index in plan]
 
-        def setup_context(ctx, inputs, output):
-            outs = output if isinstance(output, tuple) else (output,)
-            ctx.save_for_backward(*[inputs[i] if s == "input" else outs[i] for s, i in saved_from])
-            ctx.kjit_values = [inputs[i] if kind == "value" else None for kind, i in plan]
-            ctx.kjit_present = [inputs[i] is not None for i in gradients]
-            if hidden:
-                ctx.mark_non_differentiable(*[outs[o] for o in hidden])
+        def forward(ctx, *args):
+            outs = twin(*args)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            ctx.save_for_backward(*[args[i] if from_input else outs[i] for from_input, i in saved_from])
+            ctx.kjit_values = [None if i is None else args[i] for i in values_from]
+            ctx.kjit_present = [args[i] is not None for i in gradients]
+            return outs[returned[0]] if single else tuple(outs[o] for o in returned)
 
         def backward(ctx, *grads):
             saved = ctx.saved_tensors
@@ -273,16 +279,29 @@ class OpSpec:
             result = backward_op(*args)
             result = result if isinstance(result, (tuple, list)) else (result,)
             grads_in = [None] * num_inputs
+            needs = ctx.needs_input_grad
             for g, i in enumerate(gradients):
-                if ctx.kjit_present[g] and ctx.needs_input_grad[i]:
+                if ctx.kjit_present[g] and needs[i]:
                     grads_in[i] = result[g]
             return tuple(grads_in)
 
-        setup_context.__name__ = f"setup_context_{self.name}"
-        backward.__name__ = f"backward_{self.name}"
-        torch.library.register_autograd(
-            f"{self.namespace}::{self.twin}", backward, setup_context=setup_context, lib=library
+        function = type(
+            f"KjitAutograd_{self.namespace}_{self.name}",
+            (torch.autograd.Function,),
+            {"forward": staticmethod(forward), "backward": staticmethod(backward)},
         )
+        apply, bind, is_grad_enabled = function.apply, self.bind, torch.is_grad_enabled
+
+        def autograd_kernel(*args, **kwargs):
+            args = bind(args, kwargs)
+            if is_grad_enabled() and any(args[i] is not None and args[i].requires_grad for i in tensor_inputs):
+                return apply(*args)
+            outs = twin(*args)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            return outs[returned[0]] if single else tuple(outs[o] for o in returned)
+
+        autograd_kernel.__name__ = f"autograd_{self.name}"
+        library.impl(self.name, autograd_kernel, "Autograd")
 
     def cpu(self, function: Callable | None, outputs_only: bool = False) -> Callable:
         """The CPU kernel: checks, then `function`, which writes the arguments the schema marks
@@ -400,14 +419,15 @@ def register(info: dict, cpu_functions: dict[str, Callable]) -> None:
     for spec in specs:
         spec.learn_defaults(getattr(getattr(torch.ops, namespace), spec.name).default._schema)
         function = cpu_functions.get(spec.name)
-        if spec.backward is None:  # Note [Backward ops]: f is the composite alone
-            library.impl(spec.name, spec.cpu(function), "CPU")
+        library.impl(spec.name, spec.cpu(function), "CPU")
         if spec.has_twin:  # Note [Aliasing returns], Note [Backward ops] (ops.hpp)
             torch.library.register_fake(f"{namespace}::{spec.twin}", spec.fake(True), lib=library)
             library.impl(spec.twin, spec.cpu(function, True), "CPU")
+        if spec.backward is not None:
+            torch.library.register_fake(spec.qualified, spec.fake(), lib=library)
+            spec.autograd(library)
+        elif spec.aliasing:
             library.impl(spec.name, spec.composite(), "CompositeImplicitAutograd")
-            if spec.backward is not None:
-                spec.autograd(library)
         else:
             torch.library.register_fake(spec.qualified, spec.fake(), lib=library)
     # Ops without a backward have torch's autograd fallback, which only warns when a backward

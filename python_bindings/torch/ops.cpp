@@ -79,8 +79,8 @@ void check_package(const Package& package) {
   }
   std::size_t needed = 0;
   for (const auto& spec : package.op_specs()) {
-    // Note [Backward ops]: the twin alone; Note [Aliasing returns]: the op and its twin.
-    needed += spec->backward ? 1 : spec->aliasing_returns() ? 2 : 1;
+    // Note [Aliasing returns], Note [Backward ops]: the op and its twin.
+    needed += spec->has_twin() ? 2 : 1;
   }
   std::lock_guard lock(g_register_mutex);
   if (g_used + needed > k_max_ops) {
@@ -107,9 +107,7 @@ void register_cuda(const Package& package, const std::string& ns) {
     ++g_used;
   };
   for (const auto& spec : package.op_specs()) {
-    if (!spec->backward) { // Note [Backward ops]: the op itself is the twin and its outputs
-      add(spec, spec->name, false);
-    }
+    add(spec, spec->name, false);
     if (spec->has_twin()) {
       add(spec, twin_name(spec->name), true); // Note [Aliasing returns]
     }

@@ -21,13 +21,15 @@
 //
 // Note [Backward ops]: an op with a `backward` (another op of the package) is differentiable. Its
 // outputs may include hidden ones (saved for the backward, not returned, e.g. a norm's rstd), so
-// what autograd records is a twin `_kjit_f` with the same arguments that returns every output:
-// the twin has kjit's CPU and CUDA kernels, a fake kernel and torch.library's autograd formula
-// (save what the backward's `args` name; on backward, call the backward op with them and the
-// gradients of the returned outputs, made contiguous). `f` itself has only a
-// CompositeImplicitAutograd kernel (Python) that calls the twin and returns the schema's
-// outputs, so that eager calls and torch.compile alike reach the twin's autograd formula (a
-// CUDA kernel of f's own would take precedence over the composite and bypass autograd).
+// the op has a twin `_kjit_f` with the same arguments that returns every output (kjit's CPU and
+// CUDA kernels, a fake kernel, no autograd formula of its own). `f` has kjit's CPU and CUDA
+// kernels and a fake kernel like any op, and an Autograd kernel (Python, kjit/_torch_layer.py):
+// an autograd.Function whose forward calls the twin and saves what the backward's `args` name
+// (the hidden outputs among them) and whose backward calls the backward op with them and the
+// gradients of the returned outputs, made contiguous; where no gradient is needed it calls the
+// twin alone, and under inference mode (no Autograd key) the call reaches f's CUDA kernel with
+// no Python at all. (torch.library.register_autograd would add a second Python hop, a
+// composite of f calling the twin, and a refill of the schema's defaults on every call.)
 // Mutating ops cannot have a backward (torch refuses autograd of mutating custom ops).
 #pragma once
 

@@ -148,9 +148,14 @@ def test_a_differentiable_op_passes_gradcheck_on_cpu_in_float64(optest):
     # Only the gradient asked for is returned (the other argument needs none).
     (dx,) = torch.autograd.grad(optest.rms(x, w.detach()).sum(), [x])
     assert dx.shape == x.shape
-    # opcheck's autograd tests, with gradients required, on the op and on its twin.
-    for op in (torch.ops.optest.rms, torch.ops.optest._kjit_rms):
-        torch.library.opcheck(op, (x, w))
+    # opcheck's autograd tests, with gradients required, on the op; its twin (Note [Backward
+    # ops]) is not differentiable itself: checked without gradients, and a backward through a
+    # direct call of it is refused naming it (an error outside pytest, test_errors.py).
+    torch.library.opcheck(torch.ops.optest.rms, (x, w))
+    torch.library.opcheck(torch.ops.optest._kjit_rms, (x.detach(), w.detach()))
+    y, _ = torch.ops.optest._kjit_rms(x, w)
+    with pytest.warns(UserWarning, match="optest::_kjit_rms: an autograd kernel was not registered"):
+        y.sum().backward()
 
 
 def test_the_hidden_output_is_made_but_not_returned(optest):
@@ -161,6 +166,22 @@ def test_the_hidden_output_is_made_but_not_returned(optest):
     torch.testing.assert_close(y2, y)
     torch.testing.assert_close(rstd, torch.rsqrt(x.pow(2).mean(-1) + 1e-6))
     assert "-> (Tensor, Tensor)" in str(torch.ops.optest._kjit_rms.default._schema)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=cuda)])
+def test_a_differentiable_op_without_gradients(optest, device):
+    # Note [Backward ops]: no gradient needed (the twin alone), and inference mode, where the
+    # call reaches the op's own CPU or CUDA kernel.
+    x, w = torch.randn(4, 64, device=device), torch.randn(64, device=device)
+    want = reference_rms(x, w)
+    with torch.no_grad():
+        y = optest.rms(x, w.requires_grad_())
+    assert not y.requires_grad
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():
+        y = optest.rms(x, w)
+    assert isinstance(y, torch.Tensor) and y.is_inference()
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=cuda)])

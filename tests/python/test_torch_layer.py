@@ -79,7 +79,8 @@ def test_fake_kernels_give_symbolic_shapes(activation):
 
     graph = make_fx(activation.silu_and_mul, tracing_mode="symbolic")(torch.empty(6, 10))
     (x,) = [n for n in graph.graph.nodes if n.op == "placeholder"]
-    # silu_and_mul is differentiable: its twin carries the kernels (Note [Backward ops]).
+    # silu_and_mul is differentiable: a trace records the twin its Autograd kernel calls
+    # (Note [Backward ops]).
     (call,) = [n for n in graph.graph.nodes if n.target == torch.ops.activation._kjit_silu_and_mul.default]
     rows, cols = call.meta["val"].shape
     assert isinstance(rows, torch.SymInt) and isinstance(cols, torch.SymInt)
