@@ -5,6 +5,10 @@ chart bench/results.png (copies of both, the JSON results and the logs go to --o
   python3 bench/run_all.py --report-only --out DIR         (rewrite the report from DIR's JSON;
                                                            bench/results/ holds this report's)
   --suites runtime,ops       runs some suites only (the report uses every JSON in DIR)
+  --merge-kernels FILE ...   puts the rows of later bench_kernels.py runs (some --ops) into
+                             DIR/kernels.json, each with its run's copy figure and date, in
+                             place of the rows of the same op, pass, dtype and shape; the
+                             runs must be on the device the table was measured on
 
 Suites: bench_runtime (C++: cold/warm first use, lookup, launch, header-heavy compiles),
 bench_first_use.py (kjit and each peer in new processes), bench_ops.py (per call and
@@ -465,6 +469,23 @@ def chart(out, first, per_call, bw, copy, warm):
     fig.savefig(HERE / "results.png", dpi=90)
 
 
+def merge_kernels(out, paths):
+    """Rows of later bench_kernels.py runs into out/kernels.json (see the module's doc)."""
+    base = load(out, "kernels")
+    if base is None:
+        sys.exit(f"{out / 'kernels.json'}: missing; a merge needs the table it goes into")
+    for path in paths:
+        run = json.loads(Path(path).read_text())
+        if run["device"] != base["device"]:
+            sys.exit(f"{path}: measured on {run['device']}, the table on {base['device']}: not merged")
+        key = lambda r: (r["op"], r["direction"], r["dtype"], r["rows"], r["hidden"])  # noqa: E731
+        new = {key(r): dict(r, copy_gbps=run["copy_gbps"], date=run["date"]) for r in run["rows"]}
+        replaced = [key(r) for r in base["rows"] if key(r) in new]
+        base["rows"] = [new.pop(key(r)) if key(r) in new else r for r in base["rows"]] + list(new.values())
+        print(f"{path}: {len(replaced) + len(new)} rows, {len(replaced)} of them in place of earlier ones")
+    (out / "kernels.json").write_text(json.dumps(base, indent=1))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", default="build")
@@ -473,6 +494,8 @@ def main():
     parser.add_argument("--command", default="scripts/gpu-check bench")
     parser.add_argument("--suites", default=",".join(SUITES))
     parser.add_argument("--note", default="", help="a line for the report (e.g. which runs)")
+    parser.add_argument("--merge-kernels", nargs="+", metavar="FILE", default=[],
+                        help="rows of later bench_kernels.py runs, into DIR/kernels.json")
     args = parser.parse_args()
     suites = args.suites.split(",")
     unknown = set(suites) - set(SUITES)
@@ -480,6 +503,8 @@ def main():
         parser.error(f"unknown suites {sorted(unknown)}; choose from {SUITES}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.merge_kernels:
+        merge_kernels(out, args.merge_kernels)
     if not args.report_only:
         build = Path(args.build)
         root = Path(tempfile.mkdtemp(prefix="kjit-bench-"))
