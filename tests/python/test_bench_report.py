@@ -65,3 +65,22 @@ def test_the_autotuning_table_counts_its_criteria():
     assert "ahead of inductor's max-autotune: 1 of 1" in text
     assert "tuning 0 buckets" in text
     assert run_all.tune_lines({}) == []
+
+
+def test_merging_a_later_kernels_run(tmp_path):
+    row = {"op": "rms_norm", "direction": "forward", "dtype": "bfloat16", "size": "large", "rows": 8,
+           "hidden": 16, "bytes": 512, "ms": {"kjit": 2.0}}
+    base = {"device": "GPU A", "torch": "2.11", "date": "2026-12-01", "copy_gbps": 100.0,
+            "rows": [row, dict(row, op="layer_norm")]}
+    (tmp_path / "kernels.json").write_text(json.dumps(base))
+    later = dict(base, date="2026-12-06", copy_gbps=110.0,
+                 rows=[dict(row, ms={"kjit": 1.0}), dict(row, op="softmax")])
+    (tmp_path / "later.json").write_text(json.dumps(later))
+    run_all.merge_kernels(tmp_path, [tmp_path / "later.json"])
+    rows = json.loads((tmp_path / "kernels.json").read_text())["rows"]
+    assert [r["op"] for r in rows] == ["rms_norm", "layer_norm", "softmax"]  # in place, then new
+    assert rows[0]["ms"] == {"kjit": 1.0} and rows[0]["copy_gbps"] == 110.0 and rows[0]["date"] == "2026-12-06"
+    assert "copy_gbps" not in rows[1]
+    (tmp_path / "other.json").write_text(json.dumps(dict(later, device="GPU B")))
+    with pytest.raises(SystemExit, match="measured on GPU B, the table on GPU A: not merged"):
+        run_all.merge_kernels(tmp_path, [tmp_path / "other.json"])
