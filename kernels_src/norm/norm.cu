@@ -12,10 +12,10 @@
 // 128 / BLOCK rows (rows_a_block: a row of a few vectors then still fills the SMs), the last
 // block's threads past the last row joining its reductions but reading and writing nothing.
 // Backward kernels: a grid of G blocks (G <= rows), block b taking rows b, b + G, ... (the next
-// row's loads in flight while a row is reduced and written, held as stored: 16-bit types take
-// half the registers of their float32 values, which are converted again where used); each
-// block sums its rows' weight (and bias) gradients in registers and writes them to row b of a
-// [G, n] float32 workspace, which col_sum_kernel reduces.
+// row's x, dy, rstd and mean in flight while a row is reduced and written, x and dy held as
+// stored: 16-bit types take half the registers of their float32 values, which are converted
+// again where used); each block sums its rows' weight (and bias) gradients in registers and
+// writes them to row b of a [G, n] float32 workspace, which col_sum_kernel reduces.
 //
 // MODE (RMSNorm's casting mode): 0 "llama": x * rstd rounded to T, then times (weight + offset),
 // as Hugging Face's LlamaRMSNorm; 1 "gemma": all float32, rounded once, as GemmaRMSNorm
@@ -363,11 +363,11 @@ __global__ void __launch_bounds__(BLOCK)
     if constexpr (PREFETCH) {
       load_rows<T, BLOCK, VEC, ITEMS>(xv, gv, x, g, blockIdx.x, rows, n);
     }
+    float r = blockIdx.x < rows ? rstd[blockIdx.x] : 0.f;
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
       if constexpr (!PREFETCH) {
         load_rows<T, BLOCK, VEC, ITEMS>(xv, gv, x, g, row, rows, n);
       }
-      const float r = rstd[row];
       float dot = 0.f;
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
@@ -389,6 +389,7 @@ __global__ void __launch_bounds__(BLOCK)
       if constexpr (PREFETCH) {
         load_rows<T, BLOCK, VEC, ITEMS>(xn, gn, x, g, row + gridDim.x, rows, n);
       }
+      const float r_next = row + gridDim.x < rows ? rstd[row + gridDim.x] : 0.f;
       const float mean = block_sum<BLOCK>(dot, shared) / n;
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
@@ -411,6 +412,7 @@ __global__ void __launch_bounds__(BLOCK)
           gv[k] = gn[k];
         }
       }
+      r = r_next;
     }
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
@@ -596,12 +598,12 @@ __global__ void __launch_bounds__(BLOCK)
     if constexpr (PREFETCH) {
       load_rows<T, BLOCK, VEC, ITEMS>(xv, gv, x, g, blockIdx.x, rows, n);
     }
+    float mu = blockIdx.x < rows ? mean[blockIdx.x] : 0.f;
+    float r = blockIdx.x < rows ? rstd[blockIdx.x] : 0.f;
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
       if constexpr (!PREFETCH) {
         load_rows<T, BLOCK, VEC, ITEMS>(xv, gv, x, g, row, rows, n);
       }
-      const float mu = mean[row];
-      const float r = rstd[row];
       float s = 0.f;
       float dot = 0.f;
 #pragma unroll
@@ -625,6 +627,9 @@ __global__ void __launch_bounds__(BLOCK)
       if constexpr (PREFETCH) {
         load_rows<T, BLOCK, VEC, ITEMS>(xn, gn, x, g, row + gridDim.x, rows, n);
       }
+      const bool more = row + gridDim.x < rows;
+      const float mu_next = more ? mean[row + gridDim.x] : 0.f;
+      const float r_next = more ? rstd[row + gridDim.x] : 0.f;
       const float2 sums = block_sum2<BLOCK>(s, dot, shared);
       const float mean_gw = sums.x / n;
       const float mean_dot = sums.y / n;
@@ -649,6 +654,8 @@ __global__ void __launch_bounds__(BLOCK)
           gv[k] = gn[k];
         }
       }
+      mu = mu_next;
+      r = r_next;
     }
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
