@@ -1,11 +1,14 @@
 """kjit's kernel library against Liger-Kernel's Triton kernels, torch.compile (inductor) of the
 same formula and torch eager, in one process on one GPU: GPU time per call (CUDA events around
 each call, median of 20 after warm-up; before each call a 256 MB memset evicts L2, as Triton's
-do_bench does, and gives the host time to queue the call, so the time is the GPU's alone), the
-bytes each call must move, GB/s and the share of the device's copy bandwidth. Backward rows time the gradients alone (torch.autograd.grad of a kept graph), so they
-include every kernel a system runs for them (Liger's dweight sum, inductor's reductions). Every
-system's result is checked against the float32 reference before it is timed; one that fails or
-is missing is reported, not fatal.
+do_bench does, and then the GPU waits (torch.cuda._sleep) long enough for the host to queue the
+whole call, so the time is the GPU's alone however long the host takes), the bytes each call must
+move, GB/s and the share of the device's copy bandwidth; and apart, the host time of a call (from
+the call to its return, the GPU idle, median of 7). Backward rows time the gradients alone
+(torch.autograd.grad of a kept graph), so they include every kernel a system runs for them
+(Liger's dweight sum, inductor's reductions) and the autograd engine's host work. Every system's
+result is checked against the float32 reference before it is timed; one that fails or is missing
+is reported, not fatal.
 
   python3 bench/bench_kernels.py [--json FILE] [--quick] [--ops rotary,rms_norm]
 
@@ -17,6 +20,7 @@ import datetime
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -28,21 +32,48 @@ from bench_ops import copy_gbps, try_peer  # noqa: E402
 
 EPS = 1e-6
 _FLUSH = []
+_CLOCK = []
 
 
-def gpu_ms(fn, arg, reps=20):
-    """Median GPU ms of fn(arg), each call after an L2-evicting memset, with no synchronization
-    between calls (so no launch latency is counted)."""
+def _cycles_per_us():
+    """The GPU's clock as torch.cuda._sleep counts it, measured once."""
+    if not _CLOCK:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000)  # warm
+        start.record()
+        torch.cuda._sleep(20_000_000)
+        end.record()
+        torch.cuda.synchronize()
+        _CLOCK.append(20_000_000 / (start.elapsed_time(end) * 1e3))
+    return _CLOCK[0]
+
+
+def gpu_ms(fn, arg, reps=20, host=None):
+    """Median GPU ms of fn(arg). Each call comes after an L2-evicting memset and a GPU-side wait
+    that outlasts the host's time to queue the call, with no synchronization between calls, so
+    neither launch latency nor host time is counted. `host`, a list, gets the host ms of a call
+    (median of 7, each from an idle GPU)."""
     if not _FLUSH:
         _FLUSH.append(torch.empty(256 << 20, dtype=torch.int8, device="cuda"))
     flush = _FLUSH[0]
     for _ in range(3):
         fn(arg)
     torch.cuda.synchronize()
+    host_s = []
+    for _ in range(7):
+        t = time.perf_counter()
+        fn(arg)
+        host_s.append(time.perf_counter() - t)
+        torch.cuda.synchronize()
+    host_ms = statistics.median(host_s) * 1e3
+    if host is not None:
+        host.append(host_ms)
+    wait_cycles = int(_cycles_per_us() * (2 * max(host_s) * 1e6 + 50))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(reps)]
     for start, end in events:
         flush.zero_()
+        torch.cuda._sleep(wait_cycles)
         start.record()
         fn(arg)
         end.record()
@@ -192,18 +223,18 @@ def first(out):
     return out[0] if isinstance(out, tuple) else out
 
 
-def measure(op, direction, fn, inputs, reference, dtype):
+def measure(op, direction, fn, inputs, reference, dtype, host=None):
     """GPU ms of one call of `fn` (forward) or of its gradients (backward), after checking the
-    result against `reference` (the float32 formula's)."""
+    result against `reference` (the float32 formula's); its host ms goes to `host` (gpu_ms)."""
     tol = 2e-2 if dtype != torch.float32 else 1e-4
     if direction == "forward":
         if op in ("fused_add_rms_norm", "rotary", "cross_entropy"):  # Liger's rope and cross-entropy write their inputs
             fresh = [t.clone() for t in inputs]
             out = fn(*fresh)
             torch.testing.assert_close(first(out).float(), reference[0], rtol=tol, atol=tol)
-            return gpu_ms(lambda args: fn(*args), fresh)
+            return gpu_ms(lambda args: fn(*args), fresh, host=host)
         torch.testing.assert_close(first(fn(*inputs)).float(), reference[0], rtol=tol, atol=tol)
-        return gpu_ms(lambda args: fn(*args), inputs)
+        return gpu_ms(lambda args: fn(*args), inputs, host=host)
     n = DIFFERENTIABLE.get(op, len(inputs))
     leaves = [t.detach().clone().requires_grad_() for t in inputs[:n]]
     rest = inputs[n:]
@@ -219,7 +250,7 @@ def measure(op, direction, fn, inputs, reference, dtype):
     for got, exp in zip(grads, want):
         scale = max(1.0, exp.abs().max().item())
         torch.testing.assert_close(got.float() / scale, exp / scale, rtol=tol * 2, atol=tol * 2)
-    return gpu_ms(lambda _: torch.autograd.grad(outs, leaves, dys, retain_graph=True), None)
+    return gpu_ms(lambda _: torch.autograd.grad(outs, leaves, dys, retain_graph=True), None, host=host)
 
 
 def main():
@@ -268,14 +299,17 @@ def main():
                     nbytes = (rotary_bytes(inputs) if op == "rotary" else
                               TRAFFIC[(op, direction)] * rows * hidden * inputs[0].element_size())
                     row = {"op": op, "direction": direction, "dtype": str(dtype)[6:], "size": size,
-                           "rows": rows, "hidden": hidden, "bytes": nbytes, "ms": {}}
+                           "rows": rows, "hidden": hidden, "bytes": nbytes, "ms": {}, "host_ms": {}}
                     for name, fn in systems.items():
+                        host = []
                         try_peer(row["ms"], name,
-                                 lambda: measure(op, direction, fn, inputs, ref_forward, dtype))
+                                 lambda: measure(op, direction, fn, inputs, ref_forward, dtype, host))
+                        if name in row["ms"]:
+                            row["host_ms"][name] = host[-1]
                     rows_out.append(row)
                     ms = row["ms"]
-                    text = ", ".join(f"{k} {v * 1e3:.1f} us ({nbytes / v / 1e6 / copy:.0%})"
-                                     for k, v in ms.items())
+                    text = ", ".join(f"{k} {v * 1e3:.1f} us ({nbytes / v / 1e6 / copy:.0%}; host "
+                                     f"{row['host_ms'][k] * 1e3:.0f} us)" for k, v in ms.items())
                     print(f"{op} {direction} {row['dtype']} [{rows}, {hidden}]: {text}", flush=True)
                 del inputs
                 torch._dynamo.reset()
@@ -283,6 +317,7 @@ def main():
                     Path(args.json).write_text(json.dumps(
                         {"device": device, "torch": torch.__version__,
                          "date": datetime.date.today().isoformat(), "copy_gbps": copy,
+                         "timing": "gpu alone, host queued first",
                          "rows": rows_out}, indent=1))
 
 

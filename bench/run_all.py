@@ -8,7 +8,11 @@ chart bench/results.png (copies of both, the JSON results and the logs go to --o
   --merge-kernels FILE ...   puts the rows of later bench_kernels.py runs (some --ops) into
                              DIR/kernels.json, each with its run's copy figure and date, in
                              place of the rows of the same op, pass, dtype and shape; the
-                             runs must be on the device the table was measured on
+                             runs must be on the device the table was measured on, timed
+                             the same way
+  DIR/kernels-NAME.json      a bench_kernels.py run kept apart (another device, or timed
+                             another way): a table of its own after the main one; its
+                             "command" key says how it was made
 
 Suites: bench_runtime (C++: cold/warm first use, lookup, launch, header-heavy compiles),
 bench_first_use.py (kjit and each peer in new processes), bench_ops.py (per call and
@@ -71,6 +75,46 @@ def kernel_row_met(row, copy, share):
         return False
     ahead = all(ms["kjit"] <= ms[peer] for peer in ("Liger", "torch.compile") if peer in ms)
     return row["bytes"] / ms["kjit"] / 1e6 / copy >= share and ahead
+
+
+def kernel_table_lines(kernels, command):
+    """The GB/s table of one bench_kernels.py run and, where it has them, its host times."""
+    copy_k = kernels["copy_gbps"]
+    names = ["kjit", "Liger", "torch.compile", "kjit under torch.compile", "torch eager"]
+    timing = ("GPU time per call with L2 evicted before each call and the host's queueing "
+              "not counted (the GPU waits until the whole call is queued; host times are in "
+              "the table after this one)" if kernels.get("timing") else
+              "GPU time per call with L2 evicted before each call")
+    lines = [f"{timing}, as GB/s and % of copy "
+             f"({copy_k:.0f} GB/s). Measured on {kernels['device']} (torch {kernels['torch']}), "
+             f"{kernels.get('date', '?')}, {command}. Best of each row in bold.", "",
+             "| op | pass | dtype | rows x hidden | " + " | ".join(names) + " |",
+             "|---|---|---|---|" + "---|" * len(names)]
+    for r in kernels["rows"]:
+        ms = r["ms"]
+        best = min(ms.values()) if ms else None
+        cells = []
+        for name in names:
+            if name not in ms:
+                cells.append("-")
+                continue
+            gbps = r["bytes"] / ms[name] / 1e6
+            cell = f"{gbps:.0f} ({gbps / r.get('copy_gbps', copy_k):.0%})"  # a row of a later run: its own copy figure
+            cells.append(f"**{cell}**" if ms[name] == best else cell)
+        lines.append(f"| {r['op']} | {r['direction']} | {r['dtype']} | {r['rows']} x {r['hidden']} | "
+                     + " | ".join(cells) + " |")
+    hosted = [r for r in kernels["rows"] if r.get("host_ms")]
+    if hosted:
+        lines += ["", "Host time of a call (us, the GPU idle: from the call to its return, "
+                  "median of 7) for the same rows. Where it exceeds the GPU time above, a "
+                  "stream of such calls runs at the host's pace.", "",
+                  "| op | pass | dtype | rows x hidden | " + " | ".join(names) + " |",
+                  "|---|---|---|---|" + "---|" * len(names)]
+        for r in hosted:
+            cells = [f"{r['host_ms'][n] * 1e3:.0f}" if n in r["host_ms"] else "-" for n in names]
+            lines.append(f"| {r['op']} | {r['direction']} | {r['dtype']} | {r['rows']} x "
+                         f"{r['hidden']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def stored_note(out):
@@ -165,9 +209,17 @@ def render(out, command, note=""):
         compiled = [r["ms"]["kjit under torch.compile"] / r["ms"]["kjit"] for r in kernels.get("rows", [])
                     if "kjit under torch.compile" in r["ms"] and "kjit" in r["ms"] and r["size"] == size]
         if compiled:
-            rows.append((f"kernel library under torch.compile vs eager, {size} shapes",
+            what = ", GPU time" if kernels.get("timing") else ""
+            rows.append((f"kernel library under torch.compile vs eager, {size} shapes{what}",
                          f"median {statistics.median(compiled):.3f}x, worst {max(compiled):.3f}x",
                          "<= 1.05x", max(compiled) <= 1.05))
+        host = [r["host_ms"]["kjit under torch.compile"] / r["host_ms"]["kjit"]
+                for r in kernels.get("rows", []) if r["size"] == size
+                and {"kjit under torch.compile", "kjit"} <= set(r.get("host_ms", {}))]
+        if host:
+            rows.append((f"kernel library under torch.compile vs eager, {size} shapes, host time",
+                         f"median {statistics.median(host):.3f}x, worst {max(host):.3f}x",
+                         "<= 1.05x", max(host) <= 1.05))
     default = [r for r in warm.get("rows", []) if r["pch"]]
     if default:
         worst = min(r["speedup"] / r["jobs"] for r in default)
@@ -257,31 +309,16 @@ def render(out, command, note=""):
             lines.append(f"| {label} | {s['kjit']:.2f} us | {s['<<<>>>']:.2f} us | "
                          f"{s['cuLaunchKernel']:.2f} us |")
     if kernels.get("rows"):
-        copy_k = kernels["copy_gbps"]
-        names = ["kjit", "Liger", "torch.compile", "kjit under torch.compile", "torch eager"]
-        lines += ["", "## Kernel library (`bench_kernels.py`)", "",
-                  f"GPU time per call with L2 evicted before each call, as GB/s and % of copy "
-                  f"({copy_k:.0f} GB/s). Measured on {kernels['device']} (torch {kernels['torch']}), "
-                  f"{kernels.get('date', '?')}, with `python3 bench/bench_kernels.py --json "
-                  "kernels.json` (the suite `kernels` of run_all.py). Best of each row in bold.", "",
-                  "| op | pass | dtype | rows x hidden | " + " | ".join(names) + " |",
-                  "|---|---|---|---|" + "---|" * len(names)]
-        for r in kernels["rows"]:
-            ms = r["ms"]
-            best = min(ms.values()) if ms else None
-            cells = []
-            for name in names:
-                if name not in ms:
-                    cells.append("-")
-                    continue
-                gbps = r["bytes"] / ms[name] / 1e6
-                cell = f"{gbps:.0f} ({gbps / r.get('copy_gbps', copy_k):.0%})"  # a row of a later run: its own copy figure
-                cells.append(f"**{cell}**" if ms[name] == best else cell)
-            lines.append(f"| {r['op']} | {r['direction']} | {r['dtype']} | {r['rows']} x {r['hidden']} | "
-                         + " | ".join(cells) + " |")
+        lines += ["", "## Kernel library (`bench_kernels.py`)", ""]
+        lines += kernel_table_lines(kernels, "with `python3 bench/bench_kernels.py --json kernels.json` "
+                                    "(the suite `kernels` of run_all.py)")
         notes = HERE / "KERNELS_NOTES.md"
         if notes.exists():
             lines += ["", notes.read_text().rstrip()]
+    for path in sorted(out.glob("kernels-*.json")):  # later runs kept apart (another device or timing)
+        later = json.loads(path.read_text())
+        lines += ["", f"## Kernel library, a later run on {later['device']} (`{path.name}`)", ""]
+        lines += kernel_table_lines(later, later.get("command", "with `python3 bench/bench_kernels.py`"))
     lines += tune_lines(load(out, "tune") or {})
     e2e = load(out, "e2e") or {}
     if e2e.get("forward") or e2e.get("training"):
@@ -478,6 +515,9 @@ def merge_kernels(out, paths):
         run = json.loads(Path(path).read_text())
         if run["device"] != base["device"]:
             sys.exit(f"{path}: measured on {run['device']}, the table on {base['device']}: not merged")
+        if run.get("timing") != base.get("timing"):
+            sys.exit(f"{path}: timed as {run.get('timing') or 'host and GPU together'}, the table as "
+                     f"{base.get('timing') or 'host and GPU together'}: not merged")
         key = lambda r: (r["op"], r["direction"], r["dtype"], r["rows"], r["hidden"])  # noqa: E731
         new = {key(r): dict(r, copy_gbps=run["copy_gbps"], date=run["date"]) for r in run["rows"]}
         replaced = [key(r) for r in base["rows"] if key(r) in new]

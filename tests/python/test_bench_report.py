@@ -84,3 +84,27 @@ def test_merging_a_later_kernels_run(tmp_path):
     (tmp_path / "other.json").write_text(json.dumps(dict(later, device="GPU B")))
     with pytest.raises(SystemExit, match="measured on GPU B, the table on GPU A: not merged"):
         run_all.merge_kernels(tmp_path, [tmp_path / "other.json"])
+    (tmp_path / "gpu_alone.json").write_text(json.dumps(dict(later, timing="gpu alone, host queued first")))
+    with pytest.raises(SystemExit, match="timed as gpu alone, host queued first, the table as host "
+                                         "and GPU together: not merged"):
+        run_all.merge_kernels(tmp_path, [tmp_path / "gpu_alone.json"])
+
+
+def test_kernel_rows_with_host_times(tmp_path):
+    row = {"op": "rms_norm", "direction": "backward", "dtype": "bfloat16", "size": "mid", "rows": 8,
+           "hidden": 16, "bytes": 1000, "ms": {"kjit": 0.01, "kjit under torch.compile": 0.0101},
+           "host_ms": {"kjit": 0.030, "kjit under torch.compile": 0.060}}
+    kernels = {"device": "GPU A", "torch": "2.11", "date": "2026-12-06", "copy_gbps": 200.0,
+               "timing": "gpu alone, host queued first", "rows": [row]}
+    (tmp_path / "kernels.json").write_text(json.dumps(kernels))
+    text = run_all.render(tmp_path, "cmd")
+    assert "the host's queueing not counted" in text
+    assert "| rms_norm | backward | bfloat16 | 8 x 16 | 30 | - | - | 60 | - |" in text
+    assert "| kernel library under torch.compile vs eager, mid shapes, GPU time | median 1.010x, worst 1.010x | <= 1.05x | yes |" in text
+    assert "| kernel library under torch.compile vs eager, mid shapes, host time | median 2.000x, worst 2.000x | <= 1.05x | **no** |" in text
+    later = dict(kernels, device="GPU B", command="with `bench_kernels.py --ops rms_norm`")
+    (tmp_path / "kernels-gpu-b.json").write_text(json.dumps(later))
+    text = run_all.render(tmp_path, "cmd")
+    assert "## Kernel library, a later run on GPU B (`kernels-gpu-b.json`)" in text
+    assert "Measured on GPU B (torch 2.11), 2026-12-06, with `bench_kernels.py --ops rms_norm`." in text
+    assert text.count("| rms_norm | backward | bfloat16 | 8 x 16 | 30 | - | - | 60 | - |") == 2
