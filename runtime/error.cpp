@@ -22,6 +22,17 @@ std::string compile_message(const std::string& result_name, const std::string& l
     } else {
       message += log;
     }
+    // The one missing-header case a user can mend without touching the kernel: pip's CUDA 13
+    // wheels keep CCCL (cuda/std, cub, thrust) in a package of its own.
+    for (const char* header : {"\"cuda/std/", "\"cuda/", "\"cub/", "\"thrust/"}) {
+      if (log.find(std::string("cannot open source file ") + header) != std::string::npos) {
+        message +=
+          "\nhint: CUDA's C++ library headers (CCCL: cuda/std, cub, thrust) are not on the "
+          "include path; install nvidia-cuda-cccl (pip install 'kjit[cccl]') or set "
+          "CUDA_HOME to a CUDA toolkit";
+        break;
+      }
+    }
   }
   return message;
 }

@@ -260,7 +260,9 @@ def _shipped_cases():
     def rms_backward_ref(grad, x, w, rstd):
         xf = x.float().requires_grad_()
         wf = w.float().requires_grad_()
-        y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)) * wf
+        # The llama casting mode, as the forward: the normalized x rounded to x's dtype before
+        # the weight multiplies it, so dweight sums grad * (that rounded value).
+        y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype).float() * wf
         dx, dw = torch.autograd.grad(y, (xf, wf), grad.float())
         return (dx.to(x.dtype), dw.to(w.dtype))
 

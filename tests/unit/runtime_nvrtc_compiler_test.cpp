@@ -60,6 +60,27 @@ TEST_CASE("a compile error carries the log naming the line, the options and the 
   CHECK(runtime.stats().compiles == 0);
 }
 
+TEST_CASE("a CCCL header that is not found is a compile error with a hint", "[nvrtc]") {
+  kjit::Runtime runtime(memory_only());
+  kjit::Program program("k.cu", "#include <cuda/std/no_such_header>\n__global__ void k() {}\n");
+  try {
+    runtime.compile(program, k_sm90);
+    FAIL("expected a CompileError");
+  } catch (const kjit::CompileError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("cuda/std/no_such_header") &&
+                                        Catch::Contains("hint: CUDA's C++ library headers (CCCL") &&
+                                        Catch::Contains("pip install 'kjit[cccl]'"));
+  }
+  // Any other missing header has no such hint.
+  kjit::Program other("k.cu", "#include <no_such_header.h>\n__global__ void k() {}\n");
+  try {
+    runtime.compile(other, k_sm90);
+    FAIL("expected a CompileError");
+  } catch (const kjit::CompileError& e) {
+    CHECK_THAT(std::string(e.what()), !Catch::Contains("hint:"));
+  }
+}
+
 TEST_CASE("templates: name expressions give lowered names stored with the binary", "[nvrtc]") {
   kjit::Runtime runtime(memory_only());
   kjit::Program program("scale.cu", R"(
