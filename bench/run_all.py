@@ -117,6 +117,34 @@ def kernel_table_lines(kernels, command):
     return lines
 
 
+def kernel_target_rows(kernels, where):
+    """The target rows of one bench_kernels.py run; `where` names the run after each metric."""
+    rows = []
+    for size, share in [("large", 0.90), ("mid", 0.70)]:
+        group = [r for r in kernels.get("rows", []) if r["size"] == size]
+        if group:
+            met = [r for r in group if kernel_row_met(r, r.get("copy_gbps", kernels["copy_gbps"]), share)]
+            rows.append((f"kernel library, {size} shapes: >= {share:.0%} of copy and ahead of Liger and "
+                         f"torch.compile{where}", f"{len(met)} of {len(group)} rows", "every row",
+                         len(met) == len(group)))
+    for size in ("large", "mid"):
+        compiled = [r["ms"]["kjit under torch.compile"] / r["ms"]["kjit"] for r in kernels.get("rows", [])
+                    if "kjit under torch.compile" in r["ms"] and "kjit" in r["ms"] and r["size"] == size]
+        if compiled:
+            what = ", GPU time" if kernels.get("timing") else ""
+            rows.append((f"kernel library under torch.compile vs eager, {size} shapes{what}{where}",
+                         f"median {statistics.median(compiled):.3f}x, worst {max(compiled):.3f}x",
+                         "<= 1.05x", max(compiled) <= 1.05))
+        host = [r["host_ms"]["kjit under torch.compile"] / r["host_ms"]["kjit"]
+                for r in kernels.get("rows", []) if r["size"] == size
+                and {"kjit under torch.compile", "kjit"} <= set(r.get("host_ms", {}))]
+        if host:
+            rows.append((f"kernel library under torch.compile vs eager, {size} shapes, host time{where}",
+                         f"median {statistics.median(host):.3f}x, worst {max(host):.3f}x",
+                         "<= 1.05x", max(host) <= 1.05))
+    return rows
+
+
 def stored_note(out):
     path = out / "note.txt"
     return path.read_text().strip() if path.exists() else ""
@@ -198,28 +226,10 @@ def render(out, command, note=""):
                      f"{slope['kjit']:.2f} us vs raw cuLaunchKernel {slope['cuLaunchKernel']:.2f} us "
                      f"= {extra:+.2f} us", "<= +0.5 us", extra <= 0.5))
     kernels = load(out, "kernels") or {}
-    for size, share in [("large", 0.90), ("mid", 0.70)]:
-        group = [r for r in kernels.get("rows", []) if r["size"] == size]
-        if group:
-            met = [r for r in group if kernel_row_met(r, r.get("copy_gbps", kernels["copy_gbps"]), share)]
-            rows.append((f"kernel library, {size} shapes: >= {share:.0%} of copy and ahead of Liger and "
-                         "torch.compile", f"{len(met)} of {len(group)} rows", "every row",
-                         len(met) == len(group)))
-    for size in ("large", "mid"):
-        compiled = [r["ms"]["kjit under torch.compile"] / r["ms"]["kjit"] for r in kernels.get("rows", [])
-                    if "kjit under torch.compile" in r["ms"] and "kjit" in r["ms"] and r["size"] == size]
-        if compiled:
-            what = ", GPU time" if kernels.get("timing") else ""
-            rows.append((f"kernel library under torch.compile vs eager, {size} shapes{what}",
-                         f"median {statistics.median(compiled):.3f}x, worst {max(compiled):.3f}x",
-                         "<= 1.05x", max(compiled) <= 1.05))
-        host = [r["host_ms"]["kjit under torch.compile"] / r["host_ms"]["kjit"]
-                for r in kernels.get("rows", []) if r["size"] == size
-                and {"kjit under torch.compile", "kjit"} <= set(r.get("host_ms", {}))]
-        if host:
-            rows.append((f"kernel library under torch.compile vs eager, {size} shapes, host time",
-                         f"median {statistics.median(host):.3f}x, worst {max(host):.3f}x",
-                         "<= 1.05x", max(host) <= 1.05))
+    rows += kernel_target_rows(kernels, "")
+    for path in sorted(out.glob("kernels-*.json")):  # a later run's rows are targets too
+        later = json.loads(path.read_text())
+        rows += kernel_target_rows(later, f" ({later['device']}, `{path.name}`)")
     default = [r for r in warm.get("rows", []) if r["pch"]]
     if default:
         worst = min(r["speedup"] / r["jobs"] for r in default)

@@ -108,3 +108,6 @@ def test_kernel_rows_with_host_times(tmp_path):
     assert "## Kernel library, a later run on GPU B (`kernels-gpu-b.json`)" in text
     assert "Measured on GPU B (torch 2.11), 2026-12-06, with `bench_kernels.py --ops rms_norm`." in text
     assert text.count("| rms_norm | backward | bfloat16 | 8 x 16 | 30 | - | - | 60 | - |") == 2
+    # The later run's rows count against the targets too, named as its run.
+    assert ("| kernel library under torch.compile vs eager, mid shapes, GPU time (GPU B, `kernels-gpu-b.json`) "
+            "| median 1.010x, worst 1.010x | <= 1.05x | yes |") in text
