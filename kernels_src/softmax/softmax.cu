@@ -9,8 +9,10 @@
 //
 // softmax: ITEMS > 0: thread t keeps vectors t, t + BLOCK, ... (ITEMS of them, as loaded) in
 // registers, so the row is read from memory once. ITEMS 0 (rows too long for that): a second
-// pass reads the row again (mostly from L2: the block read it just before) and writes
-// exp(x - max) / sum. backward: dx = y * (dy - sum(dy * y)), two passes likewise.
+// pass reads the row again (from L2 where the rows in flight fit there) and writes
+// exp(x - max) / sum. backward: dx = y * (dy - sum(dy * y)), dy and y kept in registers or read
+// twice likewise. The *_cluster kernels (sm_90 on) split a long row over a cluster of 8 blocks
+// (below, "Thread block clusters"): the rows in flight then fit in L2, or in registers.
 //
 // cross-entropy: the forward reads each row once and keeps per row lse = log(sum(exp(x))) (a
 // hidden output the backward uses) and loss = lse - (1 - eps) x[t] - eps / n sum(x) (eps: label
@@ -190,20 +192,92 @@ __device__ __forceinline__ float2 thread_max_sum(const T* __restrict__ x, long l
   return acc;
 }
 
-} // namespace
+// Thread block clusters (sm_90 on): a row too long for one block's registers is split over the
+// CLUSTER blocks of a cluster, each of which keeps its part in registers (or reads it twice,
+// from L2: a part is an eighth of the row), and the blocks exchange their partial reductions
+// through distributed shared memory. The row is then read from memory once where one block
+// would read it twice, and a 128k-vocabulary row is never larger than L2 holds.
+constexpr int CLUSTER = 8;
 
-// Grid: cdiv(rows, rows_a_block); block: BLOCK * rows_a_block threads, BLOCK a row. Threads past
-// the last row join the reductions but read and write nothing.
-template <typename T, int BLOCK, int VEC, int ITEMS>
-__global__ void __launch_bounds__(threads_a_block<BLOCK>)
-  softmax_kernel(T* __restrict__ y, const T* __restrict__ x, long long n, long long rows) {
-  __shared__ float2 shared[32];
-  const long long row =
-    static_cast<long long>(blockIdx.x) * rows_a_block<BLOCK> + threadIdx.x / BLOCK;
-  const int t = static_cast<int>(threadIdx.x % BLOCK);
-  const long long nvl = row < rows ? n / VEC : 0; // the row's vectors
-  x += row * n;
-  y += row * n;
+#if __CUDA_ARCH__ >= 900
+#define KJIT_CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+#else
+#define KJIT_CLUSTER_DIMS
+#endif
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned rank = 0;
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+#endif
+  return rank;
+}
+
+// Arrive: this block's shared memory writes are visible to the cluster; wait: every block of
+// the cluster has arrived. A block waits before it exits, so that no block reads the shared
+// memory of one that is gone.
+__device__ __forceinline__ void cluster_arrive() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cluster_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+// `part` of the cluster's block `rank`.
+__device__ __forceinline__ float2 cluster_load(const float2* part, unsigned rank) {
+  float2 v = make_float2(0.f, 0.f);
+#if __CUDA_ARCH__ >= 900
+  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(part));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];"
+               : "=f"(v.x), "=f"(v.y)
+               : "r"(remote)
+               : "memory");
+#endif
+  return v;
+}
+
+// Every block's `mine` combined over the cluster (MAX_SUM: merge()d (max, sum) pairs, else sums),
+// for all threads of all blocks. Leaves the cluster arrived at its second barrier: the caller
+// waits at it (cluster_wait) before it exits.
+template <bool MAX_SUM>
+__device__ __forceinline__ float2 cluster_combine(float2* part, float2 mine) {
+  if (threadIdx.x == 0) {
+    *part = mine;
+  }
+  cluster_arrive();
+  cluster_wait();
+  // Lane r of each warp reads block r's part; the 8 lanes then combine theirs.
+  const unsigned lane = threadIdx.x % 32;
+  float2 v = MAX_SUM ? make_float2(neg_inf(), 0.f) : make_float2(0.f, 0.f);
+  if (lane < CLUSTER) {
+    v = cluster_load(part, lane);
+  }
+#pragma unroll
+  for (int o = CLUSTER / 2; o > 0; o >>= 1) {
+    float2 other;
+    other.x = __shfl_xor_sync(0xffffffffu, v.x, o);
+    other.y = __shfl_xor_sync(0xffffffffu, v.y, o);
+    v = MAX_SUM ? merge(v, other) : make_float2(v.x + other.x, v.y + other.y);
+  }
+  v.x = __shfl_sync(0xffffffffu, v.x, 0);
+  v.y = __shfl_sync(0xffffffffu, v.y, 0);
+  cluster_arrive();
+  return v;
+}
+
+// A row's softmax over the vectors [0, nv) of x and y (a row, or a cluster block's part of one):
+// t is the thread's index among the row's BLOCK threads. With CLUSTER > 1 the (max, sum) of the
+// parts is combined over the cluster (`part`: this block's slot) before anything is written.
+template <typename T, int BLOCK, int VEC, int ITEMS, int CLUSTER>
+__device__ __forceinline__ void softmax_row(T* __restrict__ y, const T* __restrict__ x,
+                                            long long nvl, int t, float2* shared, float2* part) {
   if constexpr (ITEMS > 0) {
     const int nv = static_cast<int>(nvl);
     Vec<T, VEC> raw[ITEMS];
@@ -236,7 +310,10 @@ __global__ void __launch_bounds__(threads_a_block<BLOCK>)
         }
       }
     }
-    const float2 ms = block_max_sum<BLOCK>(make_float2(m, s), shared);
+    float2 ms = block_max_sum<BLOCK>(make_float2(m, s), shared);
+    if constexpr (CLUSTER > 1) {
+      ms = cluster_combine<true>(part, ms);
+    }
     const float inv = 1.f / ms.y;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
@@ -253,8 +330,10 @@ __global__ void __launch_bounds__(threads_a_block<BLOCK>)
     }
   } else {
     float unused = 0.f;
-    const float2 ms =
-      block_max_sum<BLOCK>(thread_max_sum<T, BLOCK, VEC>(x, nvl, t, unused), shared);
+    float2 ms = block_max_sum<BLOCK>(thread_max_sum<T, BLOCK, VEC>(x, nvl, t, unused), shared);
+    if constexpr (CLUSTER > 1) {
+      ms = cluster_combine<true>(part, ms);
+    }
     const float inv = 1.f / ms.y;
     for (long long i = t; i < nvl; i += BLOCK) {
       float v[VEC];
@@ -268,38 +347,169 @@ __global__ void __launch_bounds__(threads_a_block<BLOCK>)
   }
 }
 
-template <typename T, int BLOCK, int VEC>
+// dx = y * (dy - sum(dy * y)) over the vectors [0, nv) of a row (or a cluster block's part).
+template <typename T, int BLOCK, int VEC, int ITEMS, int CLUSTER>
+__device__ __forceinline__ void softmax_backward_row(T* __restrict__ dx, const T* __restrict__ dy,
+                                                     const T* __restrict__ y, long long nvl,
+                                                     float2* shared, float2* part) {
+  const int t = static_cast<int>(threadIdx.x);
+  if constexpr (ITEMS > 0) {
+    const int nv = static_cast<int>(nvl);
+    Vec<T, VEC> raw_g[ITEMS];
+    Vec<T, VEC> raw_y[ITEMS];
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int i = t + k * BLOCK;
+      if (i < nv) {
+        raw_g[k] = *reinterpret_cast<const Vec<T, VEC>*>(dy + i * VEC);
+        raw_y[k] = *reinterpret_cast<const Vec<T, VEC>*>(y + i * VEC);
+      }
+    }
+    float dot = 0.f;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      if (t + k * BLOCK < nv) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          dot += static_cast<float>(raw_g[k].v[j]) * static_cast<float>(raw_y[k].v[j]);
+        }
+      }
+    }
+    float2 total = block_sum2<BLOCK>(dot, 0.f, shared);
+    if constexpr (CLUSTER > 1) {
+      total = cluster_combine<false>(part, total);
+    }
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int i = t + k * BLOCK;
+      if (i < nv) {
+        float g[VEC];
+        float v[VEC];
+        to_float<T, VEC>(g, raw_g[k]);
+        to_float<T, VEC>(v, raw_y[k]);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          g[j] = v[j] * (g[j] - total.x);
+        }
+        store<T, VEC>(dx + i * VEC, g);
+      }
+    }
+  } else {
+    float dot = 0.f;
+    long long i = t;
+    for (; i + (UNROLL - 1) * BLOCK < nvl; i += UNROLL * BLOCK) {
+      Vec<T, VEC> raw_g[UNROLL];
+      Vec<T, VEC> raw_y[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        raw_g[u] = *reinterpret_cast<const Vec<T, VEC>*>(dy + (i + u * BLOCK) * VEC);
+        raw_y[u] = *reinterpret_cast<const Vec<T, VEC>*>(y + (i + u * BLOCK) * VEC);
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          dot += static_cast<float>(raw_g[u].v[j]) * static_cast<float>(raw_y[u].v[j]);
+        }
+      }
+    }
+    for (; i < nvl; i += BLOCK) {
+      float g[VEC];
+      float v[VEC];
+      load<T, VEC>(g, dy + i * VEC);
+      load<T, VEC>(v, y + i * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        dot += g[j] * v[j];
+      }
+    }
+    float2 total = block_sum2<BLOCK>(dot, 0.f, shared);
+    if constexpr (CLUSTER > 1) {
+      total = cluster_combine<false>(part, total);
+    }
+    for (long long i = t; i < nvl; i += BLOCK) {
+      float g[VEC];
+      float v[VEC];
+      load<T, VEC>(g, dy + i * VEC);
+      load<T, VEC>(v, y + i * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        g[j] = v[j] * (g[j] - total.x);
+      }
+      store<T, VEC>(dx + i * VEC, g);
+    }
+  }
+}
+
+// This cluster block's part of a row of nv vectors: [first, first + count).
+__device__ __forceinline__ long long cluster_part(long long nv, long long& count) {
+  const long long per = (nv + CLUSTER - 1) / CLUSTER;
+  const long long first = min(nv, static_cast<long long>(cluster_rank()) * per);
+  count = min(nv - first, per);
+  return first;
+}
+
+} // namespace
+
+// Grid: cdiv(rows, rows_a_block); block: BLOCK * rows_a_block threads, BLOCK a row. Threads past
+// the last row join the reductions but read and write nothing.
+template <typename T, int BLOCK, int VEC, int ITEMS>
+__global__ void __launch_bounds__(threads_a_block<BLOCK>)
+  softmax_kernel(T* __restrict__ y, const T* __restrict__ x, long long n, long long rows) {
+  __shared__ float2 shared[32];
+  const long long row =
+    static_cast<long long>(blockIdx.x) * rows_a_block<BLOCK> + threadIdx.x / BLOCK;
+  const long long nv = row < rows ? n / VEC : 0;
+  softmax_row<T, BLOCK, VEC, ITEMS, 1>(y + row * n, x + row * n, nv, threadIdx.x % BLOCK, shared,
+                                       nullptr);
+}
+
+// Grid: rows * CLUSTER; a cluster a row (rows too long for one block's registers, sm_90 on).
+template <typename T, int BLOCK, int VEC, int ITEMS>
+__global__ void KJIT_CLUSTER_DIMS __launch_bounds__(BLOCK)
+  softmax_cluster_kernel(T* __restrict__ y, const T* __restrict__ x, long long n) {
+#if __CUDA_ARCH__ >= 900
+  __shared__ float2 shared[32];
+  __shared__ float2 part;
+  const long long row = blockIdx.x / CLUSTER;
+  long long count;
+  const long long first = cluster_part(n / VEC, count);
+  softmax_row<T, BLOCK, VEC, ITEMS, CLUSTER>(y + row * n + first * VEC, x + row * n + first * VEC,
+                                             count, threadIdx.x, shared, &part);
+  cluster_wait(); // the others have read `part`
+#else
+  __trap();
+#endif
+}
+
+// Grid: rows; block: BLOCK threads a row.
+template <typename T, int BLOCK, int VEC, int ITEMS>
 __global__ void __launch_bounds__(BLOCK)
   softmax_backward_kernel(T* __restrict__ dx, const T* __restrict__ dy, const T* __restrict__ y,
                           long long n) {
   __shared__ float2 shared[32];
   const long long row = blockIdx.x;
-  dx += row * n;
-  dy += row * n;
-  y += row * n;
-  float dot = 0.f;
-  for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
-    float g[VEC];
-    float v[VEC];
-    load<T, VEC>(g, dy + i * VEC);
-    load<T, VEC>(v, y + i * VEC);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      dot += g[j] * v[j];
-    }
-  }
-  dot = block_sum2<BLOCK>(dot, 0.f, shared).x;
-  for (long long i = threadIdx.x; i < n / VEC; i += BLOCK) {
-    float g[VEC];
-    float v[VEC];
-    load<T, VEC>(g, dy + i * VEC);
-    load<T, VEC>(v, y + i * VEC);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      g[j] = v[j] * (g[j] - dot);
-    }
-    store<T, VEC>(dx + i * VEC, g);
-  }
+  softmax_backward_row<T, BLOCK, VEC, ITEMS, 1>(dx + row * n, dy + row * n, y + row * n, n / VEC,
+                                                shared, nullptr);
+}
+
+// Grid: rows * CLUSTER; a cluster a row, as softmax_cluster_kernel.
+template <typename T, int BLOCK, int VEC, int ITEMS>
+__global__ void KJIT_CLUSTER_DIMS __launch_bounds__(BLOCK)
+  softmax_backward_cluster_kernel(T* __restrict__ dx, const T* __restrict__ dy,
+                                  const T* __restrict__ y, long long n) {
+#if __CUDA_ARCH__ >= 900
+  __shared__ float2 shared[32];
+  __shared__ float2 part;
+  const long long row = blockIdx.x / CLUSTER;
+  long long count;
+  const long long at = row * n + cluster_part(n / VEC, count) * VEC;
+  softmax_backward_row<T, BLOCK, VEC, ITEMS, CLUSTER>(dx + at, dy + at, y + at, count, shared,
+                                                      &part);
+  cluster_wait();
+#else
+  __trap();
+#endif
 }
 
 template <typename T, int BLOCK, int VEC>

@@ -28,9 +28,12 @@ def close(got, want, dtype, scale=1.0):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-# Short rows go several a block (the last block part empty): (1000, 128), (37, 40).
+# Short rows go several a block (the last block part empty): (1000, 128), (37, 40). On sm_90 on,
+# rows past 4096 vectors go to a cluster of 8 blocks a row: (1, 131072) (its parts in registers),
+# (2, 100003) (unaligned: vectors of 1, parts of uneven length, read twice), (2, 262152) (bfloat16
+# parts of 4097 vectors: read twice).
 @pytest.mark.parametrize("shape", [(5, 64), (3, 4096), (2, 3, 1000), (2, 32768), (1, 131072), (4, 7),
-                                   (1000, 128), (37, 40)])
+                                   (1000, 128), (37, 40), (2, 100003), (2, 262152)])
 def test_softmax_forward_and_backward(softmax, device, dtype, shape):
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(shape, generator=g) * 3).to(device, dtype)
@@ -140,5 +143,8 @@ def test_warm_covers_the_common_shapes(softmax):
     assert "cross_entropy_kernel<__nv_bfloat16, 1024, 8>" in warm
     assert "cross_entropy_backward_kernel<float, 1024, 4>" in warm
     assert "cross_entropy_reduce_kernel<1>" in warm and "cross_entropy_reduce_kernel<0>" in warm
-    assert "softmax_kernel<__nv_bfloat16, 1024, 8, 0>" in warm  # a 128k vocabulary: read twice
+    assert "softmax_kernel<__nv_bfloat16, 1024, 8, 0>" in warm  # a 128k vocabulary before sm_90: read twice
+    assert "softmax_cluster_kernel<__nv_bfloat16, 1024, 8, 2>" in warm  # on sm_90: an eighth a block
+    assert "softmax_backward_cluster_kernel<float, 1024, 4, 4>" in warm
+    assert "softmax_backward_kernel<__nv_bfloat16, 128, 8, 4>" in warm  # hidden 4096 in registers
     assert "softmax_kernel<__nv_bfloat16, 128, 8, 4>" in warm  # hidden 4096: the row in registers

@@ -231,6 +231,21 @@ def _shipped_cases():
     def short_softmax_inputs(dtype):
         return (torch.randn(300, 200, device="cuda", dtype=dtype),)
 
+    # Rows past 4096 vectors: a cluster of blocks a row on sm_90 on (an unaligned one: VEC 1).
+    def long_softmax_inputs(dtype):
+        return (torch.randn(5, 100003, device="cuda", dtype=dtype) * 3,)
+
+    def softmax_backward_inputs(dtype, rows=300, n=3000):
+        y = torch.softmax(torch.randn(rows, n, device="cuda") * 3, -1).to(dtype)
+        return (torch.randn(rows, n, device="cuda", dtype=dtype), y)
+
+    def long_softmax_backward_inputs(dtype):
+        return softmax_backward_inputs(dtype, 6, 70000)
+
+    def softmax_backward_ref(grad, y):
+        g, yf = grad.float(), y.float()
+        return (yf * (g - (g * yf).sum(-1, keepdim=True))).to(y.dtype)
+
     def ce_inputs(dtype):
         logits = torch.randn(257, 32000, device="cuda", dtype=dtype)
         return (logits, torch.randint(0, 32000, (257,), device="cuda"))
@@ -289,6 +304,9 @@ def _shipped_cases():
         ("norm", "layer_norm", short_norm_inputs, ln_ref),
         ("softmax", "softmax", softmax_inputs, lambda x: torch.softmax(x.float(), -1).to(x.dtype)),
         ("softmax", "softmax", short_softmax_inputs, lambda x: torch.softmax(x.float(), -1).to(x.dtype)),
+        ("softmax", "softmax", long_softmax_inputs, lambda x: torch.softmax(x.float(), -1).to(x.dtype)),
+        ("softmax", "softmax_backward", softmax_backward_inputs, softmax_backward_ref),
+        ("softmax", "softmax_backward", long_softmax_backward_inputs, softmax_backward_ref),
         ("softmax", "cross_entropy", ce_inputs, ce_ref),
         ("rotary", "apply_rotary", rotary_inputs, rotary_ref),
     ]
