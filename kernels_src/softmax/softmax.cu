@@ -200,9 +200,9 @@ __device__ __forceinline__ float2 thread_max_sum(const T* __restrict__ x, long l
 constexpr int CLUSTER = 8;
 
 #if __CUDA_ARCH__ >= 900
-#define KJIT_CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+#  define KJIT_CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
 #else
-#define KJIT_CLUSTER_DIMS
+#  define KJIT_CLUSTER_DIMS
 #endif
 
 __device__ __forceinline__ unsigned cluster_rank() {
