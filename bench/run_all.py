@@ -322,13 +322,13 @@ def render(out, command, note=""):
         lines += ["", "## Kernel library (`bench_kernels.py`)", ""]
         lines += kernel_table_lines(kernels, "with `python3 bench/bench_kernels.py --json kernels.json` "
                                     "(the suite `kernels` of run_all.py)")
-        notes = HERE / "KERNELS_NOTES.md"
-        if notes.exists():
-            lines += ["", notes.read_text().rstrip()]
     for path in sorted(out.glob("kernels-*.json")):  # later runs kept apart (another device or timing)
         later = json.loads(path.read_text())
         lines += ["", f"## Kernel library, a later run on {later['device']} (`{path.name}`)", ""]
         lines += kernel_table_lines(later, later.get("command", "with `python3 bench/bench_kernels.py`"))
+    notes = HERE / "KERNELS_NOTES.md"  # after every kernel table: it reads them together
+    if notes.exists() and (kernels.get("rows") or list(out.glob("kernels-*.json"))):
+        lines += ["", notes.read_text().rstrip()]
     lines += tune_lines(load(out, "tune") or {})
     e2e = load(out, "e2e") or {}
     if e2e.get("forward") or e2e.get("training"):
@@ -336,7 +336,8 @@ def render(out, command, note=""):
         lines += ["", "## End to end (`bench_e2e.py`)", "",
                   f"A Llama-style model of {e2e['params'] / 1e9:.2f}B parameters, bfloat16, "
                   f"{e2e['tokens']} tokens a step, on {e2e['device']} (torch {e2e['torch']}, "
-                  f"transformers {e2e['transformers']}), {e2e['date']}: tokens/s (and vs eager).", "",
+                  f"transformers {e2e['transformers']}), {e2e['date']}"
+                  + (f", {e2e['command']}" if e2e.get("command") else "") + ": tokens/s (and vs eager).", "",
                   "| pass | " + " | ".join(systems) + " |", "|---|" + "---|" * len(systems)]
         for phase in ("forward", "training"):
             got = e2e.get(phase, {})
@@ -401,13 +402,15 @@ def tune_lines(tune):
     if not rows:
         return []
     lines = ["", "## Autotuning (`bench_tune.py`)", "",
-             f"{tune['device']}, torch {tune['torch']}, {tune['date']}: GPU us per call (L2 evicted "
+             f"{tune['device']}, torch {tune['torch']}, {tune['date']}"
+             + (f", {tune['command']}" if tune.get("command") else "") + ": GPU us per call (L2 evicted "
              "before each). Tuned: the configuration kjit chose at the bucket's first call; best: the "
-             "fastest candidate timed one by one here; tune s: the first call's tuning cost (its "
-             f"candidates timed with the L2 {tune.get('tuner_l2', 'warm')}).", "",
+             "fastest candidate timed one by one here; tune s: the time the tuner spent timing (its "
+             f"candidates timed with the L2 {tune.get('tuner_l2', 'warm')}); first call s: the "
+             "whole first call of the bucket, compiling the candidates included.", "",
              "| op | dtype | rows x hidden | default | kjit tuned | exhaustive best | tuned / best | "
-             "tuned / default | inductor max-autotune | Liger | tune s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "tuned / default | inductor max-autotune | Liger | tune s | first call s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     within = never_slower = ahead = with_peer = 0
 
     def us(ms):
@@ -433,7 +436,8 @@ def tune_lines(tune):
             + (f"{tuned / best:.3f}" if tuned and best else "-") + " | "
             + (f"{tuned / default:.3f}" if tuned and default else "-") + f" | {us(peer)}"
             + (f" ({peer / tuned:.2f}x)" if peer and tuned else "") + f" | {us(ms.get('Liger'))} | "
-            + (f"{r['tune_s']:.2f}" if "tune_s" in r else "-") + " |")
+            + (f"{r['tune_s']:.2f}" if "tune_s" in r else "-") + " | "
+            + (f"{r['first_call_s']:.2f}" if "first_call_s" in r else "-") + " |")
     lines += ["", f"Tuned within 3% of the exhaustive best: {within} of {len(rows)}; no slower than "
               f"the default (1% noise): {never_slower} of {len(rows)}; ahead of inductor's "
               f"max-autotune: {ahead} of {with_peer}."]
