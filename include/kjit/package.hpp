@@ -91,7 +91,11 @@ struct OpDecl {
   std::vector<OutputDecl> outputs;
   std::vector<WorkspaceDecl> workspaces;
   std::vector<LaunchDecl> launches; // `[[op.NAME.launch]]`, or the op's own kernel/args/grid keys
-  std::vector<std::pair<std::string, std::vector<std::string>>> warm; // placeholder -> values
+  // `warm`: placeholder -> values. One table, or several (`warm = [{...}, {...}]`): the warm
+  // list is the union of their cartesian products (say, float32 with VEC 4, 16-bit types with
+  // VEC 8, instead of every dtype with every width).
+  using WarmTable = std::vector<std::pair<std::string, std::vector<std::string>>>;
+  std::vector<WarmTable> warm;
   // str arguments: argument -> (string -> the integer expressions see)
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::int64_t>>>> strings;
   std::string cpu; // a function of the package's __init__.py, or empty

@@ -262,21 +262,38 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
   }
   read_tune_decl(reader, *o, where, decl);
   if (const toml::node* warm = o->get("warm")) {
-    const auto* t = warm->as_table();
-    if (t == nullptr) {
-      reader.fail(where + ".warm", warm, "expected a table {T = [\"float16\", ...]}");
+    // A table, or an array of tables (each one a cartesian product; the warm list their union).
+    std::vector<std::pair<const toml::table*, std::string>> tables; // with its location
+    if (const auto* t = warm->as_table()) {
+      tables.emplace_back(t, where + ".warm");
+    } else if (const auto* list = warm->as_array(); list != nullptr && !list->empty()) {
+      for (std::size_t i = 0; i < list->size(); ++i) {
+        const auto* item = list->get(i)->as_table();
+        if (item == nullptr) {
+          reader.fail(fmt::format("{}.warm[{}]", where, i), list->get(i),
+                      "expected a table {T = [\"float16\", ...]}");
+        }
+        tables.emplace_back(item, fmt::format("{}.warm[{}]", where, i));
+      }
+    } else {
+      reader.fail(where + ".warm", warm,
+                  "expected a table {T = [\"float16\", ...]} or a non-empty array of such tables");
     }
-    for (const auto& [name, values] : *t) {
-      const auto* array = values.as_array();
-      if (array == nullptr) {
-        reader.fail(where + ".warm." + std::string(name.str()), &values, "expected an array");
+    for (const auto& [t, at] : tables) {
+      OpDecl::WarmTable table;
+      for (const auto& [name, values] : *t) {
+        const auto* array = values.as_array();
+        if (array == nullptr) {
+          reader.fail(at + "." + std::string(name.str()), &values, "expected an array");
+        }
+        std::vector<std::string> texts;
+        for (std::size_t i = 0; i < array->size(); ++i) {
+          texts.push_back(
+            reader.expression_text(*array->get(i), fmt::format("{}.{}[{}]", at, name.str(), i)));
+        }
+        table.emplace_back(std::string(name.str()), std::move(texts));
       }
-      std::vector<std::string> texts;
-      for (std::size_t i = 0; i < array->size(); ++i) {
-        texts.push_back(reader.expression_text(
-          *array->get(i), fmt::format("{}.warm.{}[{}]", where, name.str(), i)));
-      }
-      decl.warm.emplace_back(std::string(name.str()), std::move(texts));
+      decl.warm.push_back(std::move(table));
     }
   }
 
@@ -566,27 +583,31 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
     }
     spec->launches.push_back(std::move(ls));
   }
-  for (const auto& [name, values] : decl.warm) {
+  for (std::size_t w = 0; w < decl.warm.size(); ++w) {
     const toml::node* node = r.node_of("warm");
-    const auto param = std::find_if(params.begin(), params.end(),
-                                    [&name = name](const auto& p) { return p.first == name; });
-    if (param == params.end()) {
-      reader.fail(where + ".warm." + name, node,
-                  fmt::format("'{}' is not a placeholder of 'specialize'", name));
-    }
-    for (const auto& other : params) {
-      if (other.first == name && other.second != param->second) {
-        reader.fail(where + ".warm." + name, node,
-                    fmt::format("placeholder '{}' is {} in one launch and {} in another: warm "
-                                "values serve both",
-                                name, kind_name(param->second), kind_name(other.second)));
+    const std::string at =
+      node != nullptr && node->is_array() ? fmt::format("{}.warm[{}]", where, w) : where + ".warm";
+    for (const auto& [name, values] : decl.warm[w]) {
+      const auto param = std::find_if(params.begin(), params.end(),
+                                      [&name = name](const auto& p) { return p.first == name; });
+      if (param == params.end()) {
+        reader.fail(at + "." + name, node,
+                    fmt::format("'{}' is not a placeholder of 'specialize'", name));
       }
-    }
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      const std::string value_where = fmt::format("{}.warm.{}[{}]", where, name, i);
-      const Expr literal = reader.expression(values[i], {}, value_where, node, {param->second});
-      if (!literal_value(literal)) {
-        reader.fail(value_where, node, fmt::format("'{}' is not a literal value", values[i]));
+      for (const auto& other : params) {
+        if (other.first == name && other.second != param->second) {
+          reader.fail(at + "." + name, node,
+                      fmt::format("placeholder '{}' is {} in one launch and {} in another: warm "
+                                  "values serve both",
+                                  name, kind_name(param->second), kind_name(other.second)));
+        }
+      }
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const std::string value_where = fmt::format("{}.{}[{}]", at, name, i);
+        const Expr literal = reader.expression(values[i], {}, value_where, node, {param->second});
+        if (!literal_value(literal)) {
+          reader.fail(value_where, node, fmt::format("'{}' is not a literal value", values[i]));
+        }
       }
     }
   }

@@ -425,13 +425,14 @@ std::vector<std::string> checked_dtypes(const OpDecl& op, const std::string& ten
   return found;
 }
 
-// The warm values of placeholder `param` of `op`: its `warm` entry, else every candidate value
-// of a tune parameter it is (Note [Tuning]: the tuner compiles them all), else the dtypes its
-// checks allow when it specializes on a tensor's dtype, else none.
-std::vector<std::string> warm_values(const OpDecl& op, const detail::SpecParam& param) {
-  const auto warm = std::find_if(op.warm.begin(), op.warm.end(),
-                                 [&](const auto& w) { return w.first == param.name; });
-  if (warm != op.warm.end()) {
+// The warm values of placeholder `param` of `op` in one of its warm tables: the table's entry,
+// else every candidate value of a tune parameter it is (Note [Tuning]: the tuner compiles them
+// all), else the dtypes its checks allow when it specializes on a tensor's dtype, else none.
+std::vector<std::string> warm_values(const OpDecl& op, const OpDecl::WarmTable& table,
+                                     const detail::SpecParam& param) {
+  const auto warm =
+    std::find_if(table.begin(), table.end(), [&](const auto& w) { return w.first == param.name; });
+  if (warm != table.end()) {
     return warm->second;
   }
   const std::string& text = param.expr.text();
@@ -464,33 +465,42 @@ std::vector<WarmItem> Package::warm_list(bool every_launch) const {
   for (std::size_t o = 0; o < m_impl->ops.size(); ++o) {
     const OpDecl& op = m_impl->ops[o];
     const auto& launches = m_impl->specs[o]->launches;
+    // No warm table: one empty one, every placeholder taking its defaults.
+    const std::vector<OpDecl::WarmTable> tables =
+      op.warm.empty() ? std::vector<OpDecl::WarmTable>{{}} : op.warm;
     for (std::size_t l = 0; l < launches.size(); ++l) {
       const auto& launch = launches[l];
       const KernelDecl& kernel = m_impl->kernels[launch.kernel];
-      // The cartesian product of the warm lists, in declaration order.
-      std::vector<std::vector<std::pair<std::string, std::string>>> combos{{}};
-      for (const auto& param : launch.specialize) {
-        const std::vector<std::string> values = warm_values(op, param);
-        if (values.empty()) {
-          combos.clear(); // a placeholder without warm values: a gap (warm_gaps)
-          break;
-        }
-        std::vector<std::vector<std::pair<std::string, std::string>>> next;
-        for (const auto& combo : combos) {
-          for (const auto& text : values) {
-            const Expr value = Expr::parse(text, {});
-            auto extended = combo;
-            extended.emplace_back(
-              param.name, detail::specialization_text(value.kind(), *detail::literal_value(value)));
-            next.push_back(std::move(extended));
+      std::set<std::string> launch_seen; // a specialization two tables both give, once
+      for (const auto& table : tables) {
+        // The cartesian product of the table's warm lists, in declaration order.
+        std::vector<std::vector<std::pair<std::string, std::string>>> combos{{}};
+        for (const auto& param : launch.specialize) {
+          const std::vector<std::string> values = warm_values(op, table, param);
+          if (values.empty()) {
+            combos.clear(); // a placeholder without warm values: a gap (warm_gaps)
+            break;
           }
+          std::vector<std::vector<std::pair<std::string, std::string>>> next;
+          for (const auto& combo : combos) {
+            for (const auto& text : values) {
+              const Expr value = Expr::parse(text, {});
+              auto extended = combo;
+              extended.emplace_back(param.name, detail::specialization_text(
+                                                  value.kind(), *detail::literal_value(value)));
+              next.push_back(std::move(extended));
+            }
+          }
+          combos = std::move(next);
         }
-        combos = std::move(next);
-      }
-      for (const auto& combo : combos) {
-        auto [program, name] = specialize(kernel, combo);
-        if (every_launch || seen.insert(kernel.name + "\n" + name).second) {
-          items.push_back(WarmItem{op.name, std::move(program), std::move(name), l});
+        for (const auto& combo : combos) {
+          auto [program, name] = specialize(kernel, combo);
+          if (!launch_seen.insert(name).second) {
+            continue;
+          }
+          if (every_launch || seen.insert(kernel.name + "\n" + name).second) {
+            items.push_back(WarmItem{op.name, std::move(program), std::move(name), l});
+          }
         }
       }
     }
@@ -505,8 +515,14 @@ std::vector<WarmGap> Package::warm_gaps() const {
     for (const auto& launch : m_impl->specs[o]->launches) {
       WarmGap gap{op.name, m_impl->kernels[launch.kernel].name, {}, {}};
       std::string example;
+      const std::vector<OpDecl::WarmTable> tables =
+        op.warm.empty() ? std::vector<OpDecl::WarmTable>{{}} : op.warm;
       for (const auto& param : launch.specialize) {
-        if (warm_values(op, param).empty()) {
+        // A gap where some table leaves the placeholder without values (that table warms nothing).
+        const bool missing = std::any_of(tables.begin(), tables.end(), [&](const auto& table) {
+          return warm_values(op, table, param).empty();
+        });
+        if (missing) {
           gap.needs.push_back(param.name);
           example += fmt::format("{}{} = [...]", example.empty() ? "" : ", ", param.name);
         }

@@ -86,6 +86,62 @@ specialize = { T = "x.size(0) > 4 ? x.dtype : x.dtype" }
   CHECK(load(dir, k_manifest).warm_gaps().empty());
 }
 
+TEST_CASE("several warm tables: the union of their products, each specialization once",
+          "[package]") {
+  kjit::test::TempDir dir;
+  std::string manifest = k_manifest;
+  const std::string entry = "entry = \"k<{T}>\"";
+  manifest.replace(manifest.find(entry), entry.size(), "entry = \"k<{T}, {V}>\"");
+  const std::string specialize = "specialize = { T = \"x.dtype\" }";
+  manifest.replace(manifest.find(specialize), specialize.size(),
+                   "specialize = { T = \"x.dtype\", V = \"x.dtype == float32 ? 4 : 8\" }");
+  const std::string warm_line = "warm = { T = [\"float16\", \"float32\"] }";
+  manifest.replace(manifest.find(warm_line), warm_line.size(),
+                   "warm = [{ T = [\"float32\"], V = [4] }, { T = [\"float16\", \"bfloat16\"], V = "
+                   "[8] }, { T = [\"float32\"], V = [4, 1] }]");
+  kjit::test::write_text(dir / "k.cu", "template <typename T, int V> __global__ void k(T* o, "
+                                       "const T* x, int n) {}\n");
+  kjit::test::write_text(dir / "kernel.toml", manifest);
+  const auto package = kjit::Package::load(dir.path());
+  std::vector<std::string> kernels;
+  for (const auto& item : package.warm_list()) {
+    kernels.push_back(item.kernel);
+  }
+  // Not the 3 x 3 product of one table: float32 with 4 (once, though two tables give it) or 1,
+  // the 16-bit types with 8.
+  CHECK(kernels == std::vector<std::string>{"k<float, 4>", "k<__half, 8>", "k<__nv_bfloat16, 8>",
+                                            "k<float, 1>"});
+  CHECK(package.warm_gaps().empty());
+
+  // A table that leaves a placeholder without values is a gap, named as for one table.
+  std::string gap = manifest;
+  const std::string second = "{ T = [\"float16\", \"bfloat16\"], V = [8] }";
+  gap.replace(gap.find(second), second.size(), "{ T = [\"float16\"] }");
+  kjit::test::write_text(dir / "kernel.toml", gap);
+  const auto gaps = kjit::Package::load(dir.path()).warm_gaps();
+  REQUIRE(gaps.size() == 1);
+  CHECK(gaps[0].needs == std::vector<std::string>{"V"});
+
+  auto error_of = [&](const std::string& warm) -> std::string {
+    std::string text = k_manifest;
+    text.replace(text.find(warm_line), warm_line.size(), warm);
+    try {
+      load(dir, text);
+    } catch (const kjit::ManifestError& e) {
+      return e.location() + ": " + e.what();
+    }
+    return "no error";
+  };
+  CHECK_THAT(error_of("warm = [{ T = [\"float16\"] }, [\"float32\"]]"),
+             Catch::Contains("op.f.warm[1]") && Catch::Contains("expected a table"));
+  CHECK_THAT(error_of("warm = []"),
+             Catch::Contains("op.f.warm") && Catch::Contains("non-empty array"));
+  CHECK_THAT(error_of("warm = [{ T = [\"float16\"] }, { U = [1] }]"),
+             Catch::Contains("op.f.warm[1].U") && Catch::Contains("not a placeholder"));
+  CHECK_THAT(error_of("warm = [{ T = [\"float16\"] }, { T = [\"x\"] }]"),
+             Catch::Contains("op.f.warm[1].T[0]"));
+}
+
 TEST_CASE("characters the TOML parser mishandles, and invalid UTF-8, are refused with the line",
           "[package]") {
   kjit::test::TempDir dir;
