@@ -425,6 +425,12 @@ std::vector<std::string> checked_dtypes(const OpDecl& op, const std::string& ten
   return found;
 }
 
+// The op's warm tables; none is one empty table, every placeholder taking its defaults.
+const std::vector<OpDecl::WarmTable>& warm_tables(const OpDecl& op) {
+  static const std::vector<OpDecl::WarmTable> k_defaults{{}};
+  return op.warm.empty() ? k_defaults : op.warm;
+}
+
 // The warm values of placeholder `param` of `op` in one of its warm tables: the table's entry,
 // else every candidate value of a tune parameter it is (Note [Tuning]: the tuner compiles them
 // all), else the dtypes its checks allow when it specializes on a tensor's dtype, else none.
@@ -465,14 +471,11 @@ std::vector<WarmItem> Package::warm_list(bool every_launch) const {
   for (std::size_t o = 0; o < m_impl->ops.size(); ++o) {
     const OpDecl& op = m_impl->ops[o];
     const auto& launches = m_impl->specs[o]->launches;
-    // No warm table: one empty one, every placeholder taking its defaults.
-    const std::vector<OpDecl::WarmTable> tables =
-      op.warm.empty() ? std::vector<OpDecl::WarmTable>{{}} : op.warm;
     for (std::size_t l = 0; l < launches.size(); ++l) {
       const auto& launch = launches[l];
       const KernelDecl& kernel = m_impl->kernels[launch.kernel];
       std::set<std::string> launch_seen; // a specialization two tables both give, once
-      for (const auto& table : tables) {
+      for (const auto& table : warm_tables(op)) {
         // The cartesian product of the table's warm lists, in declaration order.
         std::vector<std::vector<std::pair<std::string, std::string>>> combos{{}};
         for (const auto& param : launch.specialize) {
@@ -515,8 +518,7 @@ std::vector<WarmGap> Package::warm_gaps() const {
     for (const auto& launch : m_impl->specs[o]->launches) {
       WarmGap gap{op.name, m_impl->kernels[launch.kernel].name, {}, {}};
       std::string example;
-      const std::vector<OpDecl::WarmTable> tables =
-        op.warm.empty() ? std::vector<OpDecl::WarmTable>{{}} : op.warm;
+      const auto& tables = warm_tables(op);
       for (const auto& param : launch.specialize) {
         // A gap where some table leaves the placeholder without values (that table warms nothing).
         const bool missing = std::any_of(tables.begin(), tables.end(), [&](const auto& table) {
