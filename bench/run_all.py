@@ -12,7 +12,8 @@ chart bench/results.png (copies of both, the JSON results and the logs go to --o
                              the same way
   DIR/kernels-NAME.json      a bench_kernels.py run kept apart (another device, or timed
                              another way): a table of its own after the main one; its
-                             "command" key says how it was made
+                             "command" key says how it was made, "superseded": true keeps
+                             it out of the targets (a 'before' kept for comparison)
 
 Suites: bench_runtime (C++: cold/warm first use, lookup, launch, header-heavy compiles),
 bench_first_use.py (kjit and each peer in new processes), bench_ops.py (per call and
@@ -229,7 +230,8 @@ def render(out, command, note=""):
     rows += kernel_target_rows(kernels, "")
     for path in sorted(out.glob("kernels-*.json")):  # a later run's rows are targets too
         later = json.loads(path.read_text())
-        rows += kernel_target_rows(later, f" ({later['device']}, `{path.name}`)")
+        if not later.get("superseded"):  # a 'before' kept for comparison is not a target
+            rows += kernel_target_rows(later, f" ({later['device']}, `{path.name}`)")
     default = [r for r in warm.get("rows", []) if r["pch"]]
     if default:
         worst = min(r["speedup"] / r["jobs"] for r in default)

@@ -111,3 +111,8 @@ def test_kernel_rows_with_host_times(tmp_path):
     # The later run's rows count against the targets too, named as its run.
     assert ("| kernel library under torch.compile vs eager, mid shapes, GPU time (GPU B, `kernels-gpu-b.json`) "
             "| median 1.010x, worst 1.010x | <= 1.05x | yes |") in text
+    # A superseded run (a 'before' kept for comparison) is a table, not a target.
+    (tmp_path / "kernels-gpu-c.json").write_text(json.dumps(dict(later, device="GPU C", superseded=True)))
+    text = run_all.render(tmp_path, "cmd")
+    assert "## Kernel library, a later run on GPU C (`kernels-gpu-c.json`)" in text
+    assert "(GPU C, `kernels-gpu-c.json`)" not in text
