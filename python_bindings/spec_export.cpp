@@ -202,6 +202,7 @@ py::dict export_op(const detail::OpSpec& spec) {
     o["dims"] = dims;
     o["dtype"] = out.dtype ? py::object(export_expr(*out.dtype)) : py::none();
     o["hidden"] = out.hidden;
+    o["preserve_layout"] = out.preserve_layout;
     outputs.append(o);
   }
   py::dict d;

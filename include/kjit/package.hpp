@@ -53,6 +53,10 @@ struct OutputDecl {
   std::vector<std::pair<std::int64_t, std::string>> dims; // with `like`: dims replaced
   std::string dtype;                                      // a dtype expression; default like's
   bool hidden = false; // made and saved for the backward, not returned (after the returned ones)
+  // layout = "preserve" (with `like`, no `dims`): the output takes like's strides where like is
+  // non-overlapping and dense, as torch.empty_like does (a transposed view stays transposed);
+  // else, and by default, it is contiguous.
+  bool preserve_layout = false;
 };
 
 // A temporary tensor of one call (not returned), passed to launches by name.

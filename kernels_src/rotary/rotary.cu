@@ -137,15 +137,17 @@ __global__ void rotary_embedding_kernel(const long long* __restrict__ positions,
 
 // Hugging Face's apply_rotary_pos_emb (NeoX style), out of place: q [B, Hq, S, D] and k
 // [B, Hk, S, D] with any strides but a unit last one (qs, ks: batch, head, seq strides), cos and
-// sin [cos_batched ? B : 1, S, rot] contiguous; the outputs are contiguous [B, H, S, D], dims past
-// rot copied. BACKWARD: the gradients of the same map (q, k: the outputs' gradients).
+// sin [cos_batched ? B : 1, S, rot] contiguous; the outputs [B, H, S, D] with strides qo and ko
+// (the inputs' where those are dense, as eager's result; else contiguous), dims past rot
+// copied. BACKWARD: the gradients of the same map (q, k: the outputs' gradients).
 template <typename T, int VEC, bool BACKWARD>
-__global__ void apply_rotary_kernel(T* __restrict__ q_out, T* __restrict__ k_out,
-                                    const T* __restrict__ q, const T* __restrict__ k,
-                                    const T* __restrict__ cos_in, const T* __restrict__ sin_in,
-                                    int q_heads, int k_heads, int seq, int dim, int rot,
-                                    long long qs0, long long qs1, long long qs2, long long ks0,
-                                    long long ks1, long long ks2, bool cos_batched) {
+__global__ void
+apply_rotary_kernel(T* __restrict__ q_out, T* __restrict__ k_out, const T* __restrict__ q,
+                    const T* __restrict__ k, const T* __restrict__ cos_in,
+                    const T* __restrict__ sin_in, int q_heads, int k_heads, int seq, int dim,
+                    int rot, long long qs0, long long qs1, long long qs2, long long ks0,
+                    long long ks1, long long ks2, long long qo0, long long qo1, long long qo2,
+                    long long ko0, long long ko1, long long ko2, bool cos_batched) {
   __shared__ float cosv[2 * k_max_half];
   __shared__ float sinv[2 * k_max_half];
   const int b = blockIdx.x / seq;
@@ -165,8 +167,7 @@ __global__ void apply_rotary_kernel(T* __restrict__ q_out, T* __restrict__ k_out
     const bool is_q = h < q_heads;
     const int hh = is_q ? h : h - q_heads;
     const T* in = is_q ? q + b * qs0 + hh * qs1 + s * qs2 : k + b * ks0 + hh * ks1 + s * ks2;
-    T* out = (is_q ? q_out : k_out) +
-             ((static_cast<long long>(b) * (is_q ? q_heads : k_heads) + hh) * seq + s) * dim;
+    T* out = is_q ? q_out + b * qo0 + hh * qo1 + s * qo2 : k_out + b * ko0 + hh * ko1 + s * ko2;
     rotate_neox<T, VEC, BACKWARD>(out, in, i, half, cosv, sinv);
   }
   // Partial rotary: the dims past rot are copied (their gradient passes through).
@@ -177,24 +178,24 @@ __global__ void apply_rotary_kernel(T* __restrict__ q_out, T* __restrict__ k_out
     const bool is_q = h < q_heads;
     const int hh = is_q ? h : h - q_heads;
     const T* in = is_q ? q + b * qs0 + hh * qs1 + s * qs2 : k + b * ks0 + hh * ks1 + s * ks2;
-    T* out = (is_q ? q_out : k_out) +
-             ((static_cast<long long>(b) * (is_q ? q_heads : k_heads) + hh) * seq + s) * dim;
+    T* out = is_q ? q_out + b * qo0 + hh * qo1 + s * qo2 : k_out + b * ko0 + hh * ko1 + s * ko2;
     out[d] = in[d];
   }
 }
 
 // The same map as apply_rotary_kernel, scheduled for inputs whose positions of a head are
 // adjacent ([B, H, S, D] contiguous, as the gradients are): block (x, y) takes ROWS positions
-// from x * ROWS of head y % (Hq + Hk) of batch y / (Hq + Hk), so it reads and writes runs of
-// ROWS x D elements; cosines and sines are read per position as vectors (from L2: all heads read
-// the same ones).
+// from x * ROWS of head y % (Hq + Hk) of batch y / (Hq + Hk), so it reads (and, the outputs laid
+// out as the inputs, writes) runs of ROWS x D elements; cosines and sines are read per position
+// as vectors (from L2: all heads read the same ones).
 template <typename T, int VEC, bool BACKWARD, int ROWS>
-__global__ void apply_rotary_rows_kernel(T* __restrict__ q_out, T* __restrict__ k_out,
-                                         const T* __restrict__ q, const T* __restrict__ k,
-                                         const T* __restrict__ cos_in, const T* __restrict__ sin_in,
-                                         int q_heads, int k_heads, int seq, int dim, int rot,
-                                         long long qs0, long long qs1, long long qs2, long long ks0,
-                                         long long ks1, long long ks2, bool cos_batched) {
+__global__ void
+apply_rotary_rows_kernel(T* __restrict__ q_out, T* __restrict__ k_out, const T* __restrict__ q,
+                         const T* __restrict__ k, const T* __restrict__ cos_in,
+                         const T* __restrict__ sin_in, int q_heads, int k_heads, int seq, int dim,
+                         int rot, long long qs0, long long qs1, long long qs2, long long ks0,
+                         long long ks1, long long ks2, long long qo0, long long qo1, long long qo2,
+                         long long ko0, long long ko1, long long ko2, bool cos_batched) {
   constexpr int k_rows = ROWS;
   const int heads = q_heads + k_heads;
   const int b = blockIdx.y / heads;
@@ -203,8 +204,8 @@ __global__ void apply_rotary_rows_kernel(T* __restrict__ q_out, T* __restrict__ 
   const int hh = is_q ? h : h - q_heads;
   const T* in = is_q ? q + b * qs0 + hh * qs1 : k + b * ks0 + hh * ks1;
   const long long in_stride = is_q ? qs2 : ks2;
-  T* out = (is_q ? q_out : k_out) +
-           (static_cast<long long>(b) * (is_q ? q_heads : k_heads) + hh) * seq * dim;
+  T* out = is_q ? q_out + b * qo0 + hh * qo1 : k_out + b * ko0 + hh * ko1;
+  const long long out_stride = is_q ? qo2 : ko2;
   const T* cos_b = cos_in + static_cast<long long>(cos_batched ? b : 0) * seq * rot;
   const T* sin_b = sin_in + static_cast<long long>(cos_batched ? b : 0) * seq * rot;
   const int half = rot / 2;
@@ -226,7 +227,7 @@ __global__ void apply_rotary_rows_kernel(T* __restrict__ q_out, T* __restrict__ 
     load<T, VEC>(s1, sin_b + cs + i);
     load<T, VEC>(s2, sin_b + cs + half + i);
     rotate_pairs<VEC, BACKWARD>(x1, x2, c1, c2, s1, s2);
-    T* o = out + static_cast<long long>(s) * dim;
+    T* o = out + s * out_stride;
     store<T, VEC>(o + i, x1);
     store<T, VEC>(o + i + half, x2);
   }
@@ -237,6 +238,6 @@ __global__ void apply_rotary_rows_kernel(T* __restrict__ q_out, T* __restrict__ 
       break;
     }
     const int d = rot + u % rest;
-    out[static_cast<long long>(s) * dim + d] = in[s * in_stride + d];
+    out[s * out_stride + d] = in[s * in_stride + d];
   }
 }

@@ -36,6 +36,21 @@ def attach() -> None:
     _attached = True
 
 
+def _non_overlapping_and_dense(t: torch.Tensor) -> bool:
+    """c10's is_non_overlapping_and_dense, as the C++ layer computes it: t's elements fill a
+    dense block, each once, in some order of its dimensions (torch.empty_like keeps such strides)."""
+    sizes, strides = list(t.shape), list(t.stride())
+    if len(sizes) == 1:
+        return bool(sizes[0] < 2 or strides[0] == 1)
+    order = sorted((d for d in range(len(sizes)) if not sizes[d] < 2), key=lambda d: strides[d])
+    want = 1
+    for d in order:
+        if strides[d] != want:
+            return False
+        want *= sizes[d]
+    return True
+
+
 def _manifest_error(manifest: str, location: str, message: str) -> ManifestError:
     error = ManifestError(f"{manifest}: {location}: {message}")
     error.file, error.location, error.line, error.column = manifest, location, 0, 0
@@ -67,6 +82,7 @@ class OpSpec:
                     out["like"],
                     [(dim, _expr.compile(e)) for dim, e in out["dims"]],
                     _expr.compile(out["dtype"]) if out["dtype"] is not None else None,
+                    out["preserve_layout"],
                 )
             )
 
@@ -165,9 +181,11 @@ class OpSpec:
             if not ok:
                 raise ValueError(f"{self.qualified}: check '{text}' failed: {self.describe(values)}")
 
-    def output_shapes(self, values: list) -> list[tuple[list, torch.dtype]]:
+    def output_shapes(self, values: list) -> list[tuple[list, torch.dtype, tuple | None]]:
+        """Each output's shape, dtype and strides (None: contiguous; layout = "preserve" gives
+        like's where like is non-overlapping and dense, as the C++ layer does)."""
         result = []
-        for o, (shape_exprs, like, dims, dtype_expr) in enumerate(self.outputs):
+        for o, (shape_exprs, like, dims, dtype_expr, preserve) in enumerate(self.outputs):
             try:
                 if like >= 0:
                     shape = list(values[like].shape)
@@ -190,8 +208,17 @@ class OpSpec:
             for d, size in enumerate(shape):
                 if isinstance(size, int) and size < 0:
                     raise ValueError(f"{self.qualified}: output {o} would have size {size} in dimension {d}")
-            result.append((shape, dtype))
+            strides = None
+            if preserve and _non_overlapping_and_dense(values[like]):
+                strides = tuple(values[like].stride())
+            result.append((shape, dtype, strides))
         return result
+
+    @staticmethod
+    def new_output(shape, dtype, strides, device) -> torch.Tensor:
+        if strides is None:
+            return torch.empty(shape, dtype=dtype, device=device)
+        return torch.empty_strided(shape, strides, dtype=dtype, device=device)
 
     def results(self, args: tuple, outs: list, outputs_only: bool):
         """What the op returns: the new outputs (the twin), or the schema's returns, the
@@ -212,7 +239,7 @@ class OpSpec:
             args = self.bind(args, kwargs)
             values = self.values(args)
             device = self.device(values)
-            outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_shapes(values)]
+            outs = [self.new_output(*out, device) for out in self.output_shapes(values)]
             return self.results(args, outs, outputs_only)
 
         fake.__name__ = f"fake_{self.name}"
@@ -349,7 +376,7 @@ class OpSpec:
                     f"{self.qualified}: the CPU implementation returned {len(got)} values, the "
                     f"schema declares {len(declared)} outputs{also}"
                 )
-            for o, (out, (shape, dtype)) in enumerate(zip(got, declared)):
+            for o, (out, (shape, dtype, strides)) in enumerate(zip(got, declared)):
                 if not isinstance(out, torch.Tensor):
                     raise RuntimeError(
                         f"{self.qualified}: the CPU implementation returned a "
@@ -367,6 +394,12 @@ class OpSpec:
                         f"{self.qualified}: the CPU implementation returned an argument as new "
                         f"output {o}; declare it Tensor(a!) in the schema and return it as such"
                     )
+                # Laid out as the CUDA kernel's outputs and the fake kernel's are (torch.compile
+                # and opcheck compare strides): contiguous, or like's with layout = "preserve".
+                if strides is None and not out.is_contiguous():
+                    got[o] = out.contiguous()
+                elif strides is not None and tuple(out.stride()) != strides:
+                    got[o] = self.new_output(shape, dtype, strides, out.device).copy_(out)
             return self.results(args, got, outputs_only)
 
         cpu.__name__ = f"cpu_{self.name}"

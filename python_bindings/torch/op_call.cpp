@@ -7,10 +7,49 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 namespace kjit::torch_layer {
+namespace {
+
+// Whether t's elements fill a dense block of memory, each once, in some order of its dimensions
+// (c10's is_non_overlapping_and_dense): torch.empty_like keeps the strides of such a tensor.
+bool non_overlapping_and_dense(const TensorRef& t) {
+  const auto rank = static_cast<std::size_t>(t.dim);
+  if (rank == 1) {
+    return t.sizes[0] < 2 || t.strides[0] == 1;
+  }
+  std::array<std::size_t, k_max_rank> perm;
+  for (std::size_t d = 0; d < rank; ++d) {
+    perm[d] = d;
+  }
+  // Dimensions of size 0 or 1 last (their stride does not matter), the others by stride.
+  std::sort(perm.begin(), perm.begin() + rank, [&](std::size_t a, std::size_t b) {
+    if (t.sizes[a] < 2) {
+      return false;
+    }
+    if (t.sizes[b] < 2) {
+      return true;
+    }
+    return t.strides[a] < t.strides[b];
+  });
+  std::int64_t want = 1;
+  for (std::size_t i = 0; i < rank; ++i) {
+    const std::int64_t size = t.sizes[perm[i]];
+    if (size < 2) {
+      return true;
+    }
+    if (t.strides[perm[i]] != want) {
+      return false;
+    }
+    want *= size;
+  }
+  return true;
+}
+
+} // namespace
 
 // The boxed kernel: arguments on `stack`, results written back to its front.
 void OpState::run(StableIValue* stack, std::uint64_t num_args, std::uint64_t num_returns) {
@@ -62,7 +101,12 @@ void OpState::run(StableIValue* stack, std::uint64_t num_args, std::uint64_t num
       this_empty = this_empty || shape[d] == 0;
     }
     empty = empty && this_empty;
-    allocate(api, env, owned, spec.num_inputs + o, shape, rank, dtype, device);
+    const detail::OutputSpec& out = spec.outputs[o];
+    const int64_t* strides = nullptr; // contiguous
+    if (out.preserve_layout && non_overlapping_and_dense(env.tensors[out.like])) {
+      strides = env.tensors[out.like].strides; // the shape is like's too (no dims with preserve)
+    }
+    allocate(api, env, owned, spec.num_inputs + o, shape, rank, dtype, device, strides);
   }
   if (!empty || spec.outputs.empty()) {
     launch_all(api, env, owned, device);
@@ -297,15 +341,16 @@ void OpState::output_shape(std::size_t o, const CallEnv& env,
   }
 }
 
-// A new contiguous tensor as symbol `symbol` (an output or a workspace), owned by the call;
-// what torch would answer of it is known but for where it keeps the sizes and strides.
+// A new tensor as symbol `symbol` (an output or a workspace), owned by the call: contiguous, or
+// with `like_strides` (those of a non-overlapping and dense tensor of the same shape); what
+// torch would answer of it is known but for where it keeps the sizes and strides.
 void OpState::allocate(const TorchApi& api, CallEnv& env, Handles& owned, std::size_t symbol,
                        const std::array<std::int64_t, k_max_rank>& shape, std::size_t rank,
-                       DType dtype, int32_t device) const {
+                       DType dtype, int32_t device, const int64_t* like_strides) const {
   std::array<std::int64_t, k_max_rank> strides;
   std::int64_t step = 1;
   for (std::size_t d = rank; d-- > 0;) {
-    strides[d] = step;
+    strides[d] = like_strides != nullptr ? like_strides[d] : step;
     step *= std::max<std::int64_t>(shape[d], 1);
   }
   AtenTensorHandle out = nullptr;

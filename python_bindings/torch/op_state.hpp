@@ -165,11 +165,11 @@ private:
   void output_shape(std::size_t o, const CallEnv& env, std::array<std::int64_t, k_max_rank>& shape,
                     std::size_t& rank, DType& dtype) const;
 
-  // A new contiguous tensor as symbol `symbol` (an output or a workspace), owned by the call;
-  // what torch would answer of it is known but for where it keeps the sizes and strides.
+  // A new tensor as symbol `symbol` (an output or a workspace), owned by the call: contiguous,
+  // or with like_strides (a non-overlapping and dense tensor's, of the same shape).
   void allocate(const TorchApi& api, CallEnv& env, Handles& owned, std::size_t symbol,
                 const std::array<std::int64_t, k_max_rank>& shape, std::size_t rank, DType dtype,
-                int32_t device) const;
+                int32_t device, const int64_t* like_strides = nullptr) const;
 
   // The workspaces, from torch's caching allocator (stream-ordered: freed when the call
   // returns, reused only by work queued after it on the stream), zeroed on the stream.

@@ -8,74 +8,6 @@
 namespace kjit::detail {
 namespace {
 
-// Reads the keys of one launch: those of a [[op.NAME.launch]] table or the op's own.
-LaunchDecl read_launch_decl(const ManifestReader& reader, const toml::table& t,
-                            const std::string& where) {
-  LaunchDecl decl;
-  decl.kernel = reader.string(t, "kernel", where, true);
-  decl.when = reader.string(t, "when", where, false);
-  decl.args = reader.list(t, "args", where, true, true);
-  decl.grid = reader.list(t, "grid", where, true, true);
-  decl.block = reader.list(t, "block", where, true, true);
-  if (const toml::node* smem = t.get("shared_mem")) {
-    decl.shared_mem = reader.expression_text(*smem, where + ".shared_mem");
-  }
-  if (const toml::node* specialize = t.get("specialize")) {
-    const auto* table = specialize->as_table();
-    if (table == nullptr) {
-      reader.fail(where + ".specialize", specialize, "expected a table {T = \"x.dtype\"}");
-    }
-    for (const auto& [name, expr] : *table) {
-      decl.specialize.emplace_back(
-        std::string(name.str()),
-        reader.expression_text(expr, where + ".specialize." + std::string(name.str())));
-    }
-  }
-  return decl;
-}
-
-OutputDecl read_output_decl(const ManifestReader& reader, const toml::node& node,
-                            const std::string& out_where) {
-  const auto* t = node.as_table();
-  if (t == nullptr) {
-    reader.fail(out_where, &node, "expected a table {shape = [...], dtype = ...}");
-  }
-  reader.check_keys(*t, out_where, {"shape", "like", "dims", "dtype", "hidden"});
-  OutputDecl out;
-  out.shape = reader.list(*t, "shape", out_where, true);
-  out.has_shape = t->contains("shape");
-  out.like = reader.string(*t, "like", out_where, false);
-  out.dtype = reader.string(*t, "dtype", out_where, false);
-  if (const toml::node* hidden = t->get("hidden")) {
-    if (!hidden->is_boolean()) {
-      reader.fail(out_where + ".hidden", hidden, "expected true or false");
-    }
-    out.hidden = hidden->as_boolean()->get();
-  }
-  if (const toml::node* dims = t->get("dims")) {
-    const auto* dims_table = dims->as_table();
-    if (dims_table == nullptr) {
-      reader.fail(out_where + ".dims", dims, "expected a table {\"-1\" = \"expr\"}");
-    }
-    for (const auto& [dim, expr] : *dims_table) {
-      std::int64_t index = 0;
-      try {
-        std::size_t used = 0;
-        index = std::stoll(std::string(dim.str()), &used);
-        if (used != dim.str().size()) {
-          throw std::invalid_argument("trailing text");
-        }
-      } catch (const std::exception&) {
-        reader.fail(out_where + ".dims." + std::string(dim.str()), &expr,
-                    "a dimension key must be an integer such as \"-1\"");
-      }
-      out.dims.emplace_back(
-        index, reader.expression_text(expr, out_where + ".dims." + std::string(dim.str())));
-    }
-  }
-  return out;
-}
-
 // What the reader of one op shares between its parts.
 struct OpReader {
   const ManifestReader& reader;
@@ -440,6 +372,12 @@ std::pair<OpDecl, std::shared_ptr<OpSpec>> read_op(const ManifestReader& reader,
     } else if (!out.dims.empty()) {
       reader.fail(out_where + ".dims", node, "'dims' needs 'like'");
     }
+    if (out.preserve_layout && (out.like.empty() || !out.dims.empty())) {
+      reader.fail(out_where + ".layout", node,
+                  "layout = \"preserve\" needs 'like' and no 'dims' (the output takes like's "
+                  "shape and strides)");
+    }
+    output.preserve_layout = out.preserve_layout;
     for (std::size_t d = 0; d < out.shape.size(); ++d) {
       output.shape.push_back(r.parse(out.shape[d], r.input_symbols,
                                      fmt::format("{}.shape[{}]", out_where, d), node, {Kind::int_},

@@ -40,6 +40,7 @@ struct OutputSpec {
   std::vector<std::pair<std::int64_t, Expr>> dims; // with `like`
   std::optional<Expr> dtype;                       // else like's dtype
   bool hidden = false;                             // saved for the backward, not returned
+  bool preserve_layout = false; // like's strides where like is non-overlapping and dense
 };
 
 // What one argument of a backward call is: an argument of the forward, one of its outputs

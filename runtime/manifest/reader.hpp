@@ -132,6 +132,14 @@ bool is_identifier(std::string_view name);
 // The placeholders "{T}" of an entry, in order of first use.
 std::vector<std::string> placeholders(std::string_view entry);
 
+// Reads one launch's keys: a [[op.NAME.launch]] table's or the op's own (decl_reader.cpp).
+LaunchDecl read_launch_decl(const ManifestReader& reader, const toml::table& t,
+                            const std::string& where);
+
+// Reads one entry of an op's `outputs` (decl_reader.cpp).
+OutputDecl read_output_decl(const ManifestReader& reader, const toml::node& node,
+                            const std::string& out_where);
+
 // Reads the tune keys of op table `o` (at `where`) into `decl` (runtime/manifest/tune_reader.cpp).
 void read_tune_decl(const ManifestReader& reader, const toml::table& o, const std::string& where,
                     OpDecl& decl);

@@ -129,7 +129,8 @@ def test_apply_rotary_forward_and_backward(rotary, device, dtype, batch, q_heads
     q_ref, k_ref = reference_apply(q.float(), k.float(), cos.float(), sin.float())
     close(q_out, q_ref.to(dtype), dtype)
     close(k_out, k_ref.to(dtype), dtype)
-    assert q_out.is_contiguous() and q_out.shape == q.shape
+    # Laid out as q and k (layout = "preserve"), as eager's q * cos + rotate_half(q) * sin is.
+    assert q_out.shape == q.shape and q_out.stride() == q.stride() and k_out.stride() == k.stride()
 
     g = torch.Generator().manual_seed(3)
     grad_q = torch.randn(q.shape, generator=g).to(device, dtype)
@@ -142,6 +143,32 @@ def test_apply_rotary_forward_and_backward(rotary, device, dtype, batch, q_heads
     ((a * grad_q).sum() + (b * grad_k).sum()).backward()
     close(qk.grad, qr.grad.to(dtype), dtype, 2)
     close(kk.grad, kr.grad.to(dtype), dtype, 2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_apply_rotary_output_layout(rotary, device):
+    """Outputs take q's and k's strides where those are dense (the transposed views of
+    projections), in the real, meta and fake kernels alike; else they are contiguous."""
+    q, k, cos, sin = hf_inputs(2, 4, 2, 5, 64, 64, torch.float32, device)
+    assert not q.is_contiguous()
+    wide = torch.randn(2, 4, 5, 96, device=device)[..., :64]  # a slice: not dense
+    want = reference_apply(q, k, cos, sin)
+    for qq, kk in [(q, k), (wide, k), (q.contiguous(), k)]:
+        q_out, k_out = rotary.apply_rotary(qq, kk, cos, sin)
+        dense = qq is not wide
+        assert q_out.stride() == (qq.stride() if dense else qq.contiguous().stride())
+        assert k_out.stride() == kk.stride()
+        for t in (qq, kk, cos, sin):
+            assert t.device.type == device
+        meta = rotary.apply_rotary(*(t.to("meta") for t in (qq, kk, cos, sin)))
+        assert [m.stride() for m in meta] == [q_out.stride(), k_out.stride()]
+    q_out, k_out = rotary.apply_rotary(q, k, cos, sin)
+    close(q_out, want[0], torch.float32)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        fake = rotary.apply_rotary(*(mode.from_tensor(t) for t in (q, k, cos, sin)))
+    assert [f.stride() for f in fake] == [q_out.stride(), k_out.stride()]
 
 
 @pytest.mark.parametrize("device", DEVICES)

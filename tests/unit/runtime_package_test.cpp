@@ -188,6 +188,28 @@ TEST_CASE("manifest mistakes name the key and line", "[package]") {
              Catch::Contains("op.g.schema") && Catch::Contains("Tensor[]"));
   CHECK_THAT(error_of(with("args = [\"out0\", \"x\", \"n\"]", "args = [\"out0\", \"x.dtype\"]")),
              Catch::Contains("op.f.args[1]") && Catch::Contains("is dtype"));
+  CHECK_THAT(error_of(with("{ like = \"x\" }", "{ like = \"x\", layout = \"channels_last\" }")),
+             Catch::Contains("op.f.outputs[0].layout") && Catch::Contains("\"preserve\""));
+  CHECK_THAT(error_of(with("{ like = \"x\" }",
+                           "{ shape = [\"1\"], dtype = \"uint8\", layout = \"preserve\" }")),
+             Catch::Contains("op.f.outputs[0].layout") && Catch::Contains("needs 'like'"));
+}
+
+TEST_CASE("an output's layout: contiguous by default, like's strides with preserve", "[package]") {
+  kjit::test::TempDir dir;
+  std::string m = k_manifest;
+  const std::string from = "outputs = [{ like = \"x\" }]";
+  m.replace(m.find(from), from.size(),
+            "outputs = [{ like = \"x\" }, { like = \"x\", layout = \"preserve\" }, "
+            "{ like = \"x\", layout = \"contiguous\" }]");
+  const std::string schema = "-> Tensor\"";
+  m.replace(m.find(schema), schema.size(), "-> (Tensor, Tensor, Tensor)\"");
+  const auto package = load(dir, m);
+  const auto& outputs = package.op_specs().at(0)->outputs;
+  REQUIRE(outputs.size() == 3);
+  CHECK_FALSE(outputs[0].preserve_layout);
+  CHECK(outputs[1].preserve_layout);
+  CHECK_FALSE(outputs[2].preserve_layout);
 }
 
 TEST_CASE("every code point a manifest may hold is safe for toml++'s classifiers", "[package]") {
