@@ -15,7 +15,8 @@
 // row's x, dy, rstd and mean in flight while a row is reduced and written, x and dy held as
 // stored: 16-bit types take half the registers of their float32 values, which are converted
 // again where used); each block sums its rows' weight (and bias) gradients in registers and
-// writes them to row b of a [G, n] float32 workspace, which col_sum_kernel reduces.
+// writes them to row b of a [G, n] float32 workspace, which col_sum_kernel reduces. Their
+// *_cluster variants (sm_90 on) split each row over the blocks of a cluster (below).
 //
 // MODE (RMSNorm's casting mode): 0 "llama": x * rstd rounded to T, then times (weight + offset),
 // as Hugging Face's LlamaRMSNorm; 1 "gemma": all float32, rounded once, as GemmaRMSNorm
@@ -116,16 +117,16 @@ __device__ __forceinline__ RowSlot row_slot(int n, long long rows) {
   return {row, static_cast<int>(threadIdx.x % BLOCK), row < rows ? n / VEC : 0};
 }
 
-// Row `row` of x and of g (when row < rows) into this thread's registers, as stored (16 bytes a
-// vector whatever T is: half the registers of float32 values for 16-bit types).
+// Row `row` of x and of g (when row < rows; rows n elements apart, nv vectors of each read) into
+// this thread's registers, as stored (16 bytes a vector whatever T is: half the registers of
+// float32 values for 16-bit types).
 template <typename T, int BLOCK, int VEC, int ITEMS>
 __device__ __forceinline__ void load_rows(Vec<T, VEC> (&xv)[ITEMS], Vec<T, VEC> (&gv)[ITEMS],
                                           const T* __restrict__ x, const T* __restrict__ g,
-                                          long long row, long long rows, int n) {
+                                          long long row, long long rows, int n, int nv) {
   if (row >= rows) {
     return;
   }
-  const int nv = n / VEC;
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
     const int i = threadIdx.x + k * BLOCK;
@@ -159,11 +160,10 @@ __device__ __forceinline__ void opaque(Vec<T, VEC> (&x)[ITEMS], Vec<T, VEC> (&g)
   }
 }
 
-// This thread's vectors of the weight (the same for every row).
+// This thread's vectors of the weight (the same for every row; nv of them read).
 template <typename T, int BLOCK, int VEC, int ITEMS>
 __device__ __forceinline__ void load_weight(Vec<T, VEC> (&wv)[ITEMS], const T* __restrict__ w,
-                                            int n) {
-  const int nv = n / VEC;
+                                            int nv) {
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
     const int i = threadIdx.x + k * BLOCK;
@@ -215,6 +215,76 @@ __device__ __forceinline__ void rms_row_registers(T* __restrict__ y, float* __re
       store<T, VEC>(y + row * n + i * VEC, o);
     }
   }
+}
+
+// Thread block clusters (sm_90 on): the backward kernels' *_cluster variants split a long row
+// over the CL blocks of a cluster, each keeping its part of the row (and of the weight-gradient
+// sums) in registers, and sum their partial reductions through distributed shared memory. A
+// block's work a row is then a CL-th of it: CL times the blocks an SM holds at once.
+#if __CUDA_ARCH__ >= 900
+#  define KJIT_CLUSTER_DIMS(n) __cluster_dims__(n, 1, 1)
+#else
+#  define KJIT_CLUSTER_DIMS(n)
+#endif
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned rank = 0;
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+#endif
+  return rank;
+}
+
+// Every block of the cluster arrives (its shared memory writes visible to the others) and waits
+// for the others.
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+// The sum over the cluster's CL blocks of each one's `mine` (the same in all its threads), for
+// all threads. `slot`: this block's shared float2 for this call; the caller alternates two, so a
+// block that runs ahead to the next call never overwrites a slot another block still reads (it
+// cannot pass that call's barrier before the others have read this one).
+template <int CL>
+__device__ __forceinline__ float2 cluster_sum(float2 mine, float2* slot) {
+  if (threadIdx.x == 0) {
+    *slot = mine;
+  }
+  cluster_sync();
+  const unsigned lane = threadIdx.x % 32;
+  float2 v = make_float2(0.f, 0.f);
+#if __CUDA_ARCH__ >= 900
+  if (lane < CL) {
+    const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(slot));
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(lane));
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];"
+                 : "=f"(v.x), "=f"(v.y)
+                 : "r"(remote)
+                 : "memory");
+  }
+#endif
+#pragma unroll
+  for (int o = CL / 2; o > 0; o >>= 1) {
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, o);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, o);
+  }
+  v.x = __shfl_sync(0xffffffffu, v.x, 0);
+  v.y = __shfl_sync(0xffffffffu, v.y, 0);
+  return v;
+}
+
+// The part of a row of nv vectors that block `rank` of a CL-block cluster takes:
+// [first, first + count).
+template <int CL>
+__device__ __forceinline__ int row_part(int nv, int& count) {
+  const int per = (nv + CL - 1) / CL;
+  const int first = min(nv, static_cast<int>(cluster_rank()) * per);
+  count = min(nv - first, per);
+  return first;
 }
 
 } // namespace

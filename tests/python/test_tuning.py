@@ -209,9 +209,9 @@ def test_kjit_tune_pretunes_shapes(tmp_path):
 def _shipped_cases():
     """(package, op, inputs maker, reference) for the shipped tuned ops."""
 
-    def norm_inputs(dtype):
-        x = torch.randn(300, 4096, device="cuda", dtype=dtype)
-        return (x, torch.randn(4096, device="cuda", dtype=dtype))
+    def norm_inputs(dtype, rows=300, n=4096):
+        x = torch.randn(rows, n, device="cuda", dtype=dtype)
+        return (x, torch.randn(n, device="cuda", dtype=dtype))
 
     def rms_ref(x, w):
         xf = x.float()
@@ -267,8 +267,10 @@ def _shipped_cases():
         c, s = cos.float().unsqueeze(1), sin.float().unsqueeze(1)
         return ((q.float() * c + rot(q) * s).to(q.dtype), (k.float() * c + rot(k) * s).to(k.dtype))
 
-    def rms_backward_inputs(dtype):
-        x, w = norm_inputs(dtype)
+    # The backward ops' candidates include rows split over a cluster of blocks (sm_90 on); long
+    # rows give each block of a cluster several vectors a thread.
+    def rms_backward_inputs(dtype, rows=300, n=4096):
+        x, w = norm_inputs(dtype, rows, n)
         rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
         return (torch.randn_like(x), x, w, rstd)
 
@@ -281,8 +283,11 @@ def _shipped_cases():
         dx, dw = torch.autograd.grad(y, (xf, wf), grad.float())
         return (dx.to(x.dtype), dw.to(w.dtype))
 
-    def ln_backward_inputs(dtype):
-        x, w = norm_inputs(dtype)
+    def long_rms_backward_inputs(dtype):
+        return rms_backward_inputs(dtype, 70, 16384)
+
+    def ln_backward_inputs(dtype, rows=300, n=4096):
+        x, w = norm_inputs(dtype, rows, n)
         mean = x.float().mean(-1)
         rstd = torch.rsqrt(x.float().var(-1, unbiased=False) + 1e-5)
         return (torch.randn_like(x), x, w, mean, rstd)
@@ -295,11 +300,16 @@ def _shipped_cases():
         dx, dw, db = torch.autograd.grad(y, (xf, wf, bf), grad.float())
         return (dx.to(x.dtype), dw.to(w.dtype), db.to(w.dtype))
 
+    def long_ln_backward_inputs(dtype):
+        return ln_backward_inputs(dtype, 70, 16384)
+
     return [
         ("norm", "rms_norm", norm_inputs, rms_ref),
         ("norm", "rms_norm_backward", rms_backward_inputs, rms_backward_ref),
         ("norm", "layer_norm", norm_inputs, ln_ref),
         ("norm", "layer_norm_backward", ln_backward_inputs, ln_backward_ref),
+        ("norm", "rms_norm_backward", long_rms_backward_inputs, rms_backward_ref),
+        ("norm", "layer_norm_backward", long_ln_backward_inputs, ln_backward_ref),
         ("norm", "rms_norm", short_norm_inputs, rms_ref),
         ("norm", "layer_norm", short_norm_inputs, ln_ref),
         ("softmax", "softmax", softmax_inputs, lambda x: torch.softmax(x.float(), -1).to(x.dtype)),
@@ -322,7 +332,7 @@ def test_every_candidate_of_the_shipped_ops_is_right_and_deterministic(case, dty
     args = make(dtype)
     expected = reference(*args)
     tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-4}
-    tried = small = 0
+    tried = small = clusters = 0
     for config in kjit.tuning.candidates(fn):
         with kjit.tuning.using(fn, config):
             try:
@@ -333,6 +343,7 @@ def test_every_candidate_of_the_shipped_ops_is_right_and_deterministic(case, dty
             again = fn(*args)
         tried += 1
         small += config.get("BLOCK", 1024) < 32
+        clusters += config.get("CL", 1) > 1
         pairs = zip(first, again) if isinstance(first, tuple) else [(first, again)]
         for a, b in pairs:
             assert torch.equal(a, b), f"{op} {config}: two runs differ"
@@ -342,3 +353,5 @@ def test_every_candidate_of_the_shipped_ops_is_right_and_deterministic(case, dty
             torch.testing.assert_close(got, want, **tolerance, msg=lambda m: f"{op} {config}: {m}")
     assert tried >= 2
     assert small > 0 or not make.__name__.startswith("short"), "no candidate of < 32 threads a row ran"
+    if "CL" in kjit.tuning.parameters(fn) and torch.cuda.get_device_capability() >= (9, 0):
+        assert clusters > 0, "no candidate splitting rows over a cluster ran"
