@@ -11,6 +11,8 @@
 // Forward kernels: BLOCK threads a row; a block takes one row, or with BLOCK <= 32 it takes
 // 128 / BLOCK rows (rows_a_block: a row of a few vectors then still fills the SMs), the last
 // block's threads past the last row joining its reductions but reading and writing nothing.
+// With LOOP (the register path) a grid of fewer blocks loops over the row groups, the next
+// group's loads issued before this one is reduced and written (loop_row_groups).
 // Backward kernels: a grid of G blocks (G <= rows), block b taking rows b, b + G, ... (the next
 // row's x, dy, rstd and mean in flight while a row is reduced and written, x and dy held as
 // stored: 16-bit types take half the registers of their float32 values, which are converted
@@ -115,6 +117,30 @@ __device__ __forceinline__ RowSlot row_slot(int n, long long rows) {
   const long long row =
     static_cast<long long>(blockIdx.x) * rows_a_block<BLOCK> + threadIdx.x / BLOCK;
   return {row, static_cast<int>(threadIdx.x % BLOCK), row < rows ? n / VEC : 0};
+}
+
+// The LOOP schedule of a forward kernel's register path: block b takes row groups (rows_a_block
+// rows each) b, b + gridDim.x, ...; load(state, row) fetches a row's vectors into registers (as
+// stored), and is issued for the next group before body(state, row) reduces and writes this one
+// (row past the last: body reads and writes nothing but joins the reductions).
+template <int BLOCK, typename State, typename Load, typename Body>
+__device__ __forceinline__ void loop_row_groups(long long rows, Load load, Body body) {
+  constexpr int R = rows_a_block<BLOCK>;
+  const long long step = static_cast<long long>(gridDim.x) * R;
+  long long row = static_cast<long long>(blockIdx.x) * R + threadIdx.x / BLOCK;
+  State cur;
+  if (row < rows) {
+    load(cur, row);
+  }
+  for (long long first = static_cast<long long>(blockIdx.x) * R; first < rows;
+       first += step, row += step) {
+    State next;
+    if (row + step < rows) {
+      load(next, row + step);
+    }
+    body(cur, row);
+    cur = next;
+  }
 }
 
 // Row `row` of x and of g (when row < rows; rows n elements apart, nv vectors of each read) into

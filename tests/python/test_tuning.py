@@ -224,6 +224,11 @@ def _shipped_cases():
         return (torch.randn(300, 3000, device="cuda", dtype=dtype),)
 
     # Short rows: the candidates of fewer than 32 threads a row, several rows a block.
+    # Many rows: the LOOP candidates (fewer blocks than row groups, each looping with the next
+    # group's loads in flight).
+    def many_norm_inputs(dtype):
+        return norm_inputs(dtype, 4096, 1024)
+
     def short_norm_inputs(dtype):
         x = torch.randn(300, 200, device="cuda", dtype=dtype)
         return (x, torch.randn(200, device="cuda", dtype=dtype))
@@ -312,6 +317,8 @@ def _shipped_cases():
         ("norm", "layer_norm_backward", long_ln_backward_inputs, ln_backward_ref),
         ("norm", "rms_norm", short_norm_inputs, rms_ref),
         ("norm", "layer_norm", short_norm_inputs, ln_ref),
+        ("norm", "rms_norm", many_norm_inputs, rms_ref),
+        ("norm", "layer_norm", many_norm_inputs, ln_ref),
         ("softmax", "softmax", softmax_inputs, lambda x: torch.softmax(x.float(), -1).to(x.dtype)),
         ("softmax", "softmax", short_softmax_inputs, lambda x: torch.softmax(x.float(), -1).to(x.dtype)),
         ("softmax", "softmax", long_softmax_inputs, lambda x: torch.softmax(x.float(), -1).to(x.dtype)),
@@ -332,7 +339,7 @@ def test_every_candidate_of_the_shipped_ops_is_right_and_deterministic(case, dty
     args = make(dtype)
     expected = reference(*args)
     tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-4}
-    tried = small = clusters = 0
+    tried = small = clusters = loops = 0
     for config in kjit.tuning.candidates(fn):
         with kjit.tuning.using(fn, config):
             try:
@@ -344,6 +351,7 @@ def test_every_candidate_of_the_shipped_ops_is_right_and_deterministic(case, dty
         tried += 1
         small += config.get("BLOCK", 1024) < 32
         clusters += config.get("CL", 1) > 1
+        loops += config.get("GRID", 0) > 0
         pairs = zip(first, again) if isinstance(first, tuple) else [(first, again)]
         for a, b in pairs:
             assert torch.equal(a, b), f"{op} {config}: two runs differ"
@@ -355,3 +363,31 @@ def test_every_candidate_of_the_shipped_ops_is_right_and_deterministic(case, dty
     assert small > 0 or not make.__name__.startswith("short"), "no candidate of < 32 threads a row ran"
     if "CL" in kjit.tuning.parameters(fn) and torch.cuda.get_device_capability() >= (9, 0):
         assert clusters > 0, "no candidate splitting rows over a cluster ran"
+    assert loops > 0 or not make.__name__.startswith("many"), "no LOOP candidate ran"
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_every_candidate_of_fused_add_rms_norm_writes_the_same(dtype):
+    """The in-place op on fresh copies for each candidate (both schedules, 4096 x 1024)."""
+    fn = kjit.load("norm").fused_add_rms_norm
+    x = torch.randn(4096, 1024, device="cuda", dtype=dtype)
+    r = torch.randn_like(x)
+    w = torch.randn(1024, device="cuda", dtype=dtype)
+    s = (r.float() + x.float()).to(dtype)
+    want = ((s.float() * torch.rsqrt(s.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(dtype) * w, s)
+    tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-4}
+    tried = loops = 0
+    for config in kjit.tuning.candidates(fn):
+        xs, rs = x.clone(), r.clone()
+        with kjit.tuning.using(fn, config):
+            try:
+                fn(xs, rs, w)
+            except ValueError as e:
+                assert "fails tune_valid" in str(e), e
+                continue
+        tried += 1
+        loops += config["GRID"] > 0
+        torch.testing.assert_close(rs, want[1], rtol=0, atol=0, msg=lambda m: f"{config}: {m}")
+        torch.testing.assert_close(xs, want[0], **tolerance, msg=lambda m: f"{config}: {m}")
+    assert tried >= 2 and loops > 0
