@@ -284,10 +284,15 @@ class OpSpec:
             else:
                 plan.append(("value", index))
         values_from = [index if kind == "value" else None for kind, index in plan]
+        # Returned outputs laid out like an input (layout = "preserve"): their gradients pass to
+        # the backward op as they come where they are laid out as the output (the layout the op
+        # chose, which its kernels take); any other gradient is made contiguous first.
+        preserved = [self.outputs[o][4] for o in returned]
 
         def forward(ctx, *args):
             outs = twin(*args)
             outs = outs if isinstance(outs, tuple) else (outs,)
+            ctx.kjit_strides = [tuple(outs[o].stride()) if keep else None for o, keep in zip(returned, preserved)]
             ctx.save_for_backward(*[args[i] if from_input else outs[i] for from_input, i in saved_from])
             ctx.kjit_values = [None if i is None else args[i] for i in values_from]
             ctx.kjit_present = [args[i] is not None for i in gradients]
@@ -300,7 +305,9 @@ class OpSpec:
                 if kind == "saved":
                     args.append(saved[index])
                 elif kind == "grad":
-                    args.append(grads[index].contiguous())
+                    grad, strides = grads[index], ctx.kjit_strides[index]
+                    same = strides is not None and tuple(grad.stride()) == strides
+                    args.append(grad if same else grad.contiguous())
                 else:
                     args.append(value)
             result = backward_op(*args)

@@ -170,6 +170,34 @@ def test_apply_rotary_output_layout(rotary, device):
         fake = rotary.apply_rotary(*(mode.from_tensor(t) for t in (q, k, cos, sin)))
     assert [f.stride() for f in fake] == [q_out.stride(), k_out.stride()]
 
+    # Gradients laid out as the outputs reach the backward op as they are (no copy), others
+    # contiguous; both give the reference's gradients.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        strides = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if "apply_rotary_backward" in str(func):
+                self.strides.append([a.stride() for a in args[:2]])
+            return func(*args, **(kwargs or {}))
+
+    for transposed in (True, False):
+        qr, kr = q.detach().clone().requires_grad_(), k.detach().clone().requires_grad_()
+        a, b = rotary.apply_rotary(qr, kr, cos, sin)
+        ga, gb = torch.randn_like(a), torch.randn_like(b)  # randn_like keeps a's layout
+        if not transposed:
+            ga, gb = ga.contiguous(), gb.contiguous()
+        Seen.strides.clear()
+        with Seen():
+            dq, dk = torch.autograd.grad((a, b), (qr, kr), (ga, gb))
+        assert Seen.strides == [[a.stride(), b.stride()] if transposed else [ga.stride(), gb.stride()]]
+        qf, kf = q.detach().clone().requires_grad_(), k.detach().clone().requires_grad_()
+        ra, rb = reference_apply(qf, kf, cos, sin)
+        want_q, want_k = torch.autograd.grad((ra, rb), (qf, kf), (ga, gb))
+        close(dq, want_q, torch.float32)
+        close(dk, want_k, torch.float32)
+
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck_and_torch_compile(rotary, device):
