@@ -8,7 +8,8 @@ the call to its return, the GPU idle, median of 7). Backward rows time the gradi
 (torch.autograd.grad of a kept graph), so they include every kernel a system runs for them
 (Liger's dweight sum, inductor's reductions) and the autograd engine's host work. Every system's
 result is checked against the float32 reference before it is timed; one that fails or is missing
-is reported, not fatal.
+is reported, not fatal. A row's "tuned" key holds the configurations kjit's tuner chose while the
+row ran (op: bucket and values; buckets tuned before the row are not repeated).
 
   python3 bench/bench_kernels.py [--json FILE] [--quick] [--ops rotary,rms_norm]
 
@@ -223,6 +224,19 @@ def first(out):
     return out[0] if isinstance(out, tuple) else out
 
 
+def tuned_keys():
+    """(op, bucket) of every tuned configuration in kjit's stores."""
+    return {(e["op"], e["bucket"]) for e in kjit.tuning.entries()}
+
+
+def tuned_since(before):
+    """The configurations tuned since `before` (tuned_keys()): {op: {bucket, best}}, so that a
+    row says which candidate kjit ran (a bucket tuned before the row, by an earlier row or
+    process, is not repeated)."""
+    return {e["op"].split("::")[-1]: {"bucket": e["bucket"], "best": dict(zip(e["names"], e["best"]))}
+            for e in kjit.tuning.entries() if (e["op"], e["bucket"]) not in before}
+
+
 def measure(op, direction, fn, inputs, reference, dtype, host=None):
     """GPU ms of one call of `fn` (forward) or of its gradients (backward), after checking the
     result against `reference` (the float32 formula's); its host ms goes to `host` (gpu_ms)."""
@@ -302,10 +316,13 @@ def main():
                            "rows": rows, "hidden": hidden, "bytes": nbytes, "ms": {}, "host_ms": {}}
                     for name, fn in systems.items():
                         host = []
+                        before = tuned_keys() if name == "kjit" else None
                         try_peer(row["ms"], name,
                                  lambda: measure(op, direction, fn, inputs, ref_forward, dtype, host))
                         if name in row["ms"]:
                             row["host_ms"][name] = host[-1]
+                        if before is not None:
+                            row["tuned"] = tuned_since(before)
                     rows_out.append(row)
                     ms = row["ms"]
                     text = ", ".join(f"{k} {v * 1e3:.1f} us ({nbytes / v / 1e6 / copy:.0%}; host "
