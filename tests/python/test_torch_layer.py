@@ -57,6 +57,35 @@ def test_the_python_evaluator_agrees_with_the_cpp_one():
     assert cases == len(EXPRESSIONS) * 120
 
 
+def test_preserved_layouts_are_torch_empty_likes():
+    """layout = "preserve" keeps like's strides exactly where torch.empty_like does (c10's
+    non-overlapping-and-dense rule, which the C++ layer computes the same way)."""
+    from kjit._torch_layer import _non_overlapping_and_dense
+
+    base = torch.empty(2, 3, 4, 5)
+    cases = [
+        base,
+        base.transpose(1, 2),
+        base.permute(3, 1, 0, 2),
+        base[:, :2],  # a slice: gaps
+        base[..., ::2],  # a step: gaps
+        torch.empty(3, 1, 5).expand(3, 4, 5),  # stride 0: overlapping
+        torch.empty(1, 4).as_strided((1, 4), (100, 1)),  # a size-1 dim's stride does not matter
+        torch.empty(4, 1, 6).as_strided((4, 1, 6), (6, 7, 1)),
+        torch.empty(0, 3),
+        torch.empty(7),
+        torch.empty(7)[::2],
+        torch.empty(()),
+        torch.empty(4, 6).t(),
+        torch.empty(8, 8).as_strided((4, 4), (4, 1)),  # dense, offset-free view of a larger block
+        torch.empty(8, 8).as_strided((4, 4), (1, 4)),
+        torch.empty(8, 8).as_strided((4, 4), (8, 1)),  # rows apart: gaps
+    ]
+    for t in cases:
+        kept = torch.empty_like(t).stride() == t.stride()
+        assert _non_overlapping_and_dense(t) == kept, (t.shape, t.stride())
+
+
 def test_the_module_links_nothing_of_torch():
     if shutil.which("readelf") is None or shutil.which("nm") is None:
         pytest.fail("readelf and nm (binutils) are needed to inspect the module")
