@@ -101,6 +101,10 @@ def silu_mul_formula(a, b):  # a gated MLP's activation: silu(gate) * up
     return F.silu(a) * b
 
 
+def gelu_tanh_mul_formula(a, b):  # Gemma's gated MLP (GEGLU, tanh GELU)
+    return F.gelu(a, approximate="tanh") * b
+
+
 def rotate_half(x):
     return torch.cat((-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), -1)
 
@@ -125,6 +129,7 @@ def liger_systems():
         from liger_kernel.ops.layer_norm import LigerLayerNormFunction
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
         from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+        from liger_kernel.ops.geglu import LigerGELUMulFunction
         from liger_kernel.ops.rope import LigerRopeFunction
         from liger_kernel.ops.softmax import LigerSoftmaxFunction
         from liger_kernel.ops.swiglu import LigerSiLUMulFunction
@@ -136,6 +141,7 @@ def liger_systems():
         "fused_add_rms_norm": lambda x, r, w: LigerFusedAddRMSNormFunction.apply(x, r, w, EPS, 0.0, "llama", False),
         "layer_norm": lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5),
         "silu_mul": lambda a, b: LigerSiLUMulFunction.apply(a, b),
+        "gelu_tanh_mul": lambda a, b: LigerGELUMulFunction.apply(a, b),
         "rotary": lambda q, k, cos, sin: LigerRopeFunction.apply(q, k, cos, sin),
         "softmax": lambda x: LigerSoftmaxFunction.apply(x),
         "cross_entropy": lambda x, t: LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "mean",
@@ -158,6 +164,7 @@ def kjit_systems():
         "fused_add_rms_norm": fused,
         "layer_norm": lambda x, w, b: norm.layer_norm(x, w, b, 1e-5),
         "silu_mul": activation.silu_mul,
+        "gelu_tanh_mul": activation.gelu_tanh_mul,
         "rotary": rotary.apply_rotary,
         "softmax": softmax.softmax,
         "cross_entropy": softmax.cross_entropy,
@@ -165,14 +172,15 @@ def kjit_systems():
 
 
 FORMULAS = {"rms_norm": rms_formula, "fused_add_rms_norm": fused_add_formula,
-            "layer_norm": layer_norm_formula, "silu_mul": silu_mul_formula, "rotary": rotary_formula,
+            "layer_norm": layer_norm_formula, "silu_mul": silu_mul_formula, "gelu_tanh_mul": gelu_tanh_mul_formula, "rotary": rotary_formula,
             "softmax": softmax_formula, "cross_entropy": cross_entropy_formula}
 # Bytes a call must move per element of x: forward reads x and writes y; backward reads dy and
 # x and writes dx; the fused add reads x and residual and writes both.
 TRAFFIC = {("rms_norm", "forward"): 2, ("rms_norm", "backward"): 3,
            ("fused_add_rms_norm", "forward"): 4, ("layer_norm", "forward"): 2,
-           ("layer_norm", "backward"): 3, ("silu_mul", "forward"): 3, ("silu_mul", "backward"): 5}
-# silu_mul: rows x hidden are the gate's (and up's) shape; forward reads both and writes one,
+           ("layer_norm", "backward"): 3, ("silu_mul", "forward"): 3, ("silu_mul", "backward"): 5,
+           ("gelu_tanh_mul", "forward"): 3, ("gelu_tanh_mul", "backward"): 5}
+# silu_mul and gelu_tanh_mul: rows x hidden are the gate's (and up's) shape; forward reads both and writes one,
 # backward reads dy, a and b and writes da and db. rotary: rows are tokens (batch 8 or 2 of
 # 2048), hidden the query's heads x 128 with a quarter as many key heads, as Llama 3 has; both
 # directions read q and k (or their gradients) and cos and sin, and write two tensors of q's
@@ -199,7 +207,7 @@ def make_inputs(op, rows, hidden, dtype):
         return [x, w]
     if op == "fused_add_rms_norm":
         return [x, torch.randn(rows, hidden, device="cuda", dtype=dtype, generator=g), w]
-    if op == "silu_mul":
+    if op in ("silu_mul", "gelu_tanh_mul"):
         return [x, torch.randn(rows, hidden, device="cuda", dtype=dtype, generator=g)]
     if op == "softmax":
         return [x * 3]
@@ -291,12 +299,13 @@ def main():
         shapes = [shapes[0], shapes[2]]
     rows_out = []
     only = set(args.ops.split(",")) if args.ops else None
-    for op in ["rms_norm", "fused_add_rms_norm", "layer_norm", "silu_mul", "rotary", "softmax", "cross_entropy"]:
+    for op in ["rms_norm", "fused_add_rms_norm", "layer_norm", "silu_mul", "gelu_tanh_mul", "rotary", "softmax",
+               "cross_entropy"]:
         if only and op not in only:
             continue
         for dtype in [torch.bfloat16, torch.float32]:
-            shapes_of = {"silu_mul": mlp_shapes, "rotary": rotary_shapes, "softmax": softmax_shapes,
-                         "cross_entropy": ce_shapes}
+            shapes_of = {"silu_mul": mlp_shapes, "gelu_tanh_mul": mlp_shapes, "rotary": rotary_shapes,
+                         "softmax": softmax_shapes, "cross_entropy": ce_shapes}
             for size, rows, hidden in shapes_of.get(op, shapes):
                 inputs = make_inputs(op, rows, hidden, dtype)
                 compiled = torch.compile(FORMULAS[op], dynamic=False)
