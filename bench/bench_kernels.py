@@ -172,7 +172,8 @@ def kjit_systems():
 
 
 FORMULAS = {"rms_norm": rms_formula, "fused_add_rms_norm": fused_add_formula,
-            "layer_norm": layer_norm_formula, "silu_mul": silu_mul_formula, "gelu_tanh_mul": gelu_tanh_mul_formula, "rotary": rotary_formula,
+            "layer_norm": layer_norm_formula, "silu_mul": silu_mul_formula,
+            "gelu_tanh_mul": gelu_tanh_mul_formula, "rotary": rotary_formula,
             "softmax": softmax_formula, "cross_entropy": cross_entropy_formula}
 # Bytes a call must move per element of x: forward reads x and writes y; backward reads dy and
 # x and writes dx; the fused add reads x and residual and writes both.
@@ -180,11 +181,11 @@ TRAFFIC = {("rms_norm", "forward"): 2, ("rms_norm", "backward"): 3,
            ("fused_add_rms_norm", "forward"): 4, ("layer_norm", "forward"): 2,
            ("layer_norm", "backward"): 3, ("silu_mul", "forward"): 3, ("silu_mul", "backward"): 5,
            ("gelu_tanh_mul", "forward"): 3, ("gelu_tanh_mul", "backward"): 5}
-# silu_mul and gelu_tanh_mul: rows x hidden are the gate's (and up's) shape; forward reads both and writes one,
-# backward reads dy, a and b and writes da and db. rotary: rows are tokens (batch 8 or 2 of
-# 2048), hidden the query's heads x 128 with a quarter as many key heads, as Llama 3 has; both
-# directions read q and k (or their gradients) and cos and sin, and write two tensors of q's
-# and k's shapes.
+# silu_mul and gelu_tanh_mul: rows x hidden are the gate's (and up's) shape; forward reads both
+# and writes one, backward reads dy, a and b and writes da and db. rotary: rows are tokens (batch
+# 8 or 2 of 2048), hidden the query's heads x 128 with a quarter as many key heads, as Llama 3
+# has; both directions read q and k (or their gradients) and cos and sin, and write two tensors
+# of q's and k's shapes.
 TRAFFIC.update({("rotary", "forward"): 0, ("rotary", "backward"): 0})  # bytes: rotary_bytes
 TRAFFIC.update({("softmax", "forward"): 2, ("softmax", "backward"): 3,
                 ("cross_entropy", "forward"): 1, ("cross_entropy", "backward"): 2})
