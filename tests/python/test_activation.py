@@ -56,7 +56,8 @@ def test_compile_dynamic_cpu(activation):
 @pytest.mark.parametrize("name", list(ACTS))
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
-    "shape", [(1, 2), (3, 5, 2 * 11), (16, 2 * 4096), (8, 2 * 11008), (7, 2 * 64), (6, 2 * 1000)]
+    "shape",
+    [(1, 2), (3, 5, 2 * 11), (16, 2 * 4096), (8, 2 * 11008), (7, 2 * 64), (6, 2 * 1000), (5, 2 * 12)],
 )
 def test_cuda_matches_torch(activation, name, dtype, shape):
     x = torch.randn(shape, dtype=dtype, device="cuda")
@@ -67,10 +68,32 @@ def test_cuda_matches_torch(activation, name, dtype, shape):
 
 @cuda
 def test_cuda_many_tokens(activation):
-    # More rows than the grid's 65535 blocks of 4 rows each: blocks loop over rows, and the last
-    # block gets fewer than 4 (270003 = 4 x 65535 + 7863).
+    # Many short rows: a vector is one whole row of a (d = 8 halves), the last block is partial.
     x = torch.randn(270003, 2 * 8, device="cuda", dtype=torch.float16)
     check_close(activation.silu_and_mul(x), reference("silu_and_mul", x), torch.float16)
+
+
+@cuda
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_properties(0).total_memory < 64 << 30,
+    reason="needs a CUDA device with 64 GiB",
+)
+def test_cuda_more_than_2_to_the_32_elements(activation):
+    """Past 2^32 output elements the kernels find rows with 64-bit division (32-bit below); the
+    first rows and the last (past 2^32) against the reference, forward and backward."""
+    d, tokens = 4096, (1 << 32) // 4096 + 3
+    x = torch.randn(tokens, 2 * d, device="cuda", dtype=torch.bfloat16)
+    ends = [slice(0, 2), slice(tokens - 4, tokens)]
+    out = activation.silu_and_mul(x)
+    for rows in ends:
+        check_close(out[rows], reference("silu_and_mul", x[rows]), torch.bfloat16)
+    del out
+    grad = torch.randn(tokens, d, device="cuda", dtype=torch.bfloat16)
+    dx = torch.ops.activation.silu_and_mul_backward(grad, x)
+    for rows in ends:
+        xr = x[rows].double().requires_grad_()
+        reference("silu_and_mul", xr).backward(grad[rows].double())
+        check_close(dx[rows], xr.grad, torch.bfloat16)
 
 
 @cuda
@@ -78,6 +101,25 @@ def test_cuda_unaligned_view_falls_back_to_scalar_loads(activation):
     base = torch.randn(2 * 64 * 3 + 1, device="cuda", dtype=torch.float16)
     x = base[1:].view(3, 128)  # 2-byte aligned only
     check_close(activation.silu_and_mul(x), reference("silu_and_mul", x), torch.float16)
+
+
+@cuda
+@pytest.mark.parametrize("name", list(ACTS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_two_input_form_unaligned_views(activation, name, dtype):
+    """a, b and grad that are not 16-byte aligned (views one element in): element moves, forward and
+    backward, against the same op on aligned copies."""
+    op = getattr(activation, name.replace("_and_mul", "_mul"))
+    bases = [torch.randn(7 * 96 + 1, device="cuda", dtype=dtype) for _ in range(3)]
+    a, b, grad = (t[1:].view(7, 96) for t in bases)
+    ak, bk = a.clone().requires_grad_(), b.clone().requires_grad_()
+    want = op(ak, bk)
+    want.backward(grad.clone())
+    assert a.data_ptr() % 16 and ak.data_ptr() % 16 == 0
+    da, db = getattr(torch.ops.activation, name.replace("_and_mul", "_mul_backward"))(grad, a, b)
+    torch.testing.assert_close(op(a, b), want)
+    torch.testing.assert_close(da, ak.grad)
+    torch.testing.assert_close(db, bk.grad)
 
 
 @cuda
