@@ -302,49 +302,18 @@ __global__ void __launch_bounds__(threads_a_block<BLOCK>)
   float r;
   if constexpr (ITEMS > 0) {
     float v[ITEMS][VEC];
-    float s = 0.f;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-      const int i = t + k * BLOCK;
-      if (i < nv) {
-        load<T, VEC>(v[k], xr + i * VEC);
+      if (t + k * BLOCK < nv) {
+        load<T, VEC>(v[k], xr + (t + k * BLOCK) * VEC);
+      } else {
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-          s += v[k][j];
+          v[k][j] = 0.f;
         }
       }
     }
-    mean = block_sum<BLOCK>(s, shared) / n;
-    float ss = 0.f; // the variance around the mean, from registers: no cancellation
-#pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-      const int i = t + k * BLOCK;
-      if (i < nv) {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          v[k][j] -= mean;
-          ss += v[k][j] * v[k][j];
-        }
-      }
-    }
-    r = rsqrtf(block_sum<BLOCK>(ss, shared) / n + eps);
-#pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-      const int i = t + k * BLOCK;
-      if (i < nv) {
-        float wv[VEC];
-        float bv[VEC] = {};
-        load<T, VEC>(wv, w + i * VEC);
-        if constexpr (HAS_BIAS) {
-          load<T, VEC>(bv, b + i * VEC);
-        }
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          v[k][j] = v[k][j] * r * wv[j] + bv[j];
-        }
-        store<T, VEC>(yr + i * VEC, v[k]);
-      }
-    }
+    ln_row_registers<T, BLOCK, VEC, ITEMS, HAS_BIAS>(yr, w, b, v, eps, n, nv, t, shared, mean, r);
   } else {
     float s = 0.f;
     float ss = 0.f;

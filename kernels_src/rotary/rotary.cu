@@ -135,6 +135,15 @@ __global__ void rotary_embedding_kernel(const long long* __restrict__ positions,
   }
 }
 
+// Element (b, h, s, 0) of q for heads h < q_heads, else of k (its head h - q_heads), given each
+// tensor's batch, head and position strides.
+template <typename P>
+__device__ __forceinline__ P* head_at(P* q, P* k, int q_heads, int h, long long b, long long s,
+                                      long long q0, long long q1, long long q2, long long k0,
+                                      long long k1, long long k2) {
+  return h < q_heads ? q + b * q0 + h * q1 + s * q2 : k + b * k0 + (h - q_heads) * k1 + s * k2;
+}
+
 // Hugging Face's apply_rotary_pos_emb (NeoX style), out of place: q [B, Hq, S, D] and k
 // [B, Hk, S, D] with any strides but a unit last one (qs, ks: batch, head, seq strides), cos and
 // sin [cos_batched ? B : 1, S, rot] contiguous; the outputs [B, H, S, D] with strides qo and ko
@@ -164,10 +173,8 @@ apply_rotary_kernel(T* __restrict__ q_out, T* __restrict__ k_out, const T* __res
   for (int u = threadIdx.x; u < heads * groups; u += blockDim.x) {
     const int h = u / groups;
     const int i = (u % groups) * VEC;
-    const bool is_q = h < q_heads;
-    const int hh = is_q ? h : h - q_heads;
-    const T* in = is_q ? q + b * qs0 + hh * qs1 + s * qs2 : k + b * ks0 + hh * ks1 + s * ks2;
-    T* out = is_q ? q_out + b * qo0 + hh * qo1 + s * qo2 : k_out + b * ko0 + hh * ko1 + s * ko2;
+    const T* in = head_at(q, k, q_heads, h, b, s, qs0, qs1, qs2, ks0, ks1, ks2);
+    T* out = head_at(q_out, k_out, q_heads, h, b, s, qo0, qo1, qo2, ko0, ko1, ko2);
     rotate_neox<T, VEC, BACKWARD>(out, in, i, half, cosv, sinv);
   }
   // Partial rotary: the dims past rot are copied (their gradient passes through).
@@ -175,10 +182,8 @@ apply_rotary_kernel(T* __restrict__ q_out, T* __restrict__ k_out, const T* __res
   for (int u = threadIdx.x; rest > 0 && u < heads * rest; u += blockDim.x) {
     const int h = u / rest;
     const int d = rot + u % rest;
-    const bool is_q = h < q_heads;
-    const int hh = is_q ? h : h - q_heads;
-    const T* in = is_q ? q + b * qs0 + hh * qs1 + s * qs2 : k + b * ks0 + hh * ks1 + s * ks2;
-    T* out = is_q ? q_out + b * qo0 + hh * qo1 + s * qo2 : k_out + b * ko0 + hh * ko1 + s * ko2;
+    const T* in = head_at(q, k, q_heads, h, b, s, qs0, qs1, qs2, ks0, ks1, ks2);
+    T* out = head_at(q_out, k_out, q_heads, h, b, s, qo0, qo1, qo2, ko0, ko1, ko2);
     out[d] = in[d];
   }
 }
@@ -201,10 +206,9 @@ apply_rotary_rows_kernel(T* __restrict__ q_out, T* __restrict__ k_out, const T* 
   const int b = blockIdx.y / heads;
   const int h = blockIdx.y % heads;
   const bool is_q = h < q_heads;
-  const int hh = is_q ? h : h - q_heads;
-  const T* in = is_q ? q + b * qs0 + hh * qs1 : k + b * ks0 + hh * ks1;
+  const T* in = head_at(q, k, q_heads, h, b, 0, qs0, qs1, qs2, ks0, ks1, ks2);
   const long long in_stride = is_q ? qs2 : ks2;
-  T* out = is_q ? q_out + b * qo0 + hh * qo1 : k_out + b * ko0 + hh * ko1;
+  T* out = head_at(q_out, k_out, q_heads, h, b, 0, qo0, qo1, qo2, ko0, ko1, ko2);
   const long long out_stride = is_q ? qo2 : ko2;
   const T* cos_b = cos_in + static_cast<long long>(cos_batched ? b : 0) * seq * rot;
   const T* sin_b = sin_in + static_cast<long long>(cos_batched ? b : 0) * seq * rot;
