@@ -8,7 +8,7 @@ same store, what the same calls cost there (nothing is tuned again). The first c
 bucket comes first, so its cost includes compiling the candidates' kernels.
 
   python3 bench/bench_tune.py [--json FILE] [--ops rms_norm,softmax] [--quick] [--no-inductor]
-                              [--l2 warm|cold]
+                              [--l2 auto|warm|cold]
 
 Done when (issue): tuned within 3% of the exhaustive best, never slower than the default, ahead
 of the max-autotuned peer.
@@ -88,7 +88,7 @@ def main():
     parser.add_argument("--dtypes", default="bfloat16")
     parser.add_argument("--quick", action="store_true", help="a few shapes per op")
     parser.add_argument("--no-inductor", action="store_true", help="skip the max-autotuned peer (slow to compile)")
-    parser.add_argument("--l2", choices=["warm", "cold"], default="warm",
+    parser.add_argument("--l2", choices=["auto", "warm", "cold"], default="auto",
                         help="how the tuner times candidates (KJIT_TUNE_L2; the table's times are always L2-cold)")
     args = parser.parse_args()
     os.environ["KJIT_TUNE_L2"] = args.l2

@@ -59,17 +59,38 @@ double tune_budget_s() {
   return 30.0;
 }
 
-// KJIT_TUNE_L2=cold: every timed run starts from an evicted L2 (Note [Device timer]); default
-// warm, as the runs leave it.
-detail::DeviceTimerOptions timer_options() {
-  detail::DeviceTimerOptions options;
-  if (const auto value = detail::getenv_nonempty("KJIT_TUNE_L2")) {
-    if (*value == "cold") {
-      options.flush_bytes = 2 * detail::l2_cache_bytes();
-    } else if (*value != "warm") {
-      detail::log(LogLevel::warning, "KJIT_TUNE_L2='{}' is neither 'warm' nor 'cold'; using warm",
-                  *value);
+// The bytes a tensor's elements span (0 when it has none).
+std::int64_t span_bytes(const TensorRef& t) {
+  std::int64_t last = 0; // the furthest element, in elements
+  for (std::int64_t d = 0; d < t.dim; ++d) {
+    if (t.sizes[d] == 0) {
+      return 0;
     }
+    last += (t.sizes[d] - 1) * std::max<std::int64_t>(t.strides[d], 0);
+  }
+  return static_cast<std::int64_t>((last + 1) * element_size(t.dtype));
+}
+
+// KJIT_TUNE_L2, the L2 before each timed run (Note [Device timer]): `cold`, evicted; `warm`, as
+// the runs leave it; `auto` (the default), evicted where the call's tensors (`working_set`
+// bytes) span less than twice the L2, as benchmarks time kernels (Triton's do_bench too). A call
+// that moves more evicts its own data before it reads it again: there the flush would only cost
+// time and add the noise of subtracting it.
+detail::DeviceTimerOptions timer_options(std::int64_t working_set) {
+  detail::DeviceTimerOptions options;
+  std::string mode = "auto";
+  if (const auto value = detail::getenv_nonempty("KJIT_TUNE_L2")) {
+    if (*value == "cold" || *value == "warm" || *value == "auto") {
+      mode = *value;
+    } else {
+      detail::log(LogLevel::warning,
+                  "KJIT_TUNE_L2='{}' is none of 'auto', 'cold' and 'warm'; using auto", *value);
+    }
+  }
+  const std::size_t l2 = detail::l2_cache_bytes();
+  if (mode == "cold" ||
+      (mode == "auto" && static_cast<std::uint64_t>(working_set) < 2 * std::uint64_t(l2))) {
+    options.flush_bytes = 2 * l2;
   }
   return options;
 }
@@ -95,14 +116,10 @@ public:
   void* copy(const TensorRef& t, int32_t device, void* stream, const std::string& op) {
     void* data = nullptr;
     check(m_api.aoti_torch_get_data_ptr(t.handle, &data), "aoti_torch_get_data_ptr", op.c_str());
-    std::int64_t last = 0; // the furthest element, in elements
-    for (std::int64_t d = 0; d < t.dim; ++d) {
-      if (t.sizes[d] == 0) {
-        return nullptr; // no elements: nothing to protect
-      }
-      last += (t.sizes[d] - 1) * std::max<std::int64_t>(t.strides[d], 0);
+    const std::int64_t bytes = span_bytes(t);
+    if (bytes == 0) {
+      return nullptr; // no elements: nothing to protect
     }
-    const auto bytes = static_cast<std::int64_t>((last + 1) * element_size(t.dtype));
     const auto offset = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(data) % 256);
     const std::int64_t size = bytes + offset;
     const std::int64_t stride = 1;
@@ -394,7 +411,13 @@ TunedConfig OpState::tune_now(const TorchApi& api, const CallEnv& env, int32_t d
     }
   }
   scratch_env.scratch = &pointers;
-  const detail::DeviceTimerOptions options = timer_options();
+  std::int64_t working_set = 0; // inputs, outputs and workspaces
+  for (std::size_t i = 0; i < spec.symbols.size(); ++i) {
+    if (spec.symbols[i].kind == Kind::tensor && env.tensors[i].handle != nullptr) {
+      working_set += span_bytes(env.tensors[i]);
+    }
+  }
+  const detail::DeviceTimerOptions options = timer_options(working_set);
   detail::TuneHooks hooks;
   hooks.valid = [&](const detail::TuneValues& values) {
     try {
@@ -408,9 +431,10 @@ TunedConfig OpState::tune_now(const TorchApi& api, const CallEnv& env, int32_t d
     const auto timing = detail::time_on_device(
       static_cast<CUstream>(stream), [&](CUstream s) { enqueue_run(api, scratch_env, device, s); },
       options);
-    detail::log(LogLevel::debug, "{}: {} = {}: {:.4f} ms ({} runs a batch{})", m_qualified,
-                fmt::join(names, ", "), fmt::join(values, ", "), timing.ms, timing.batch,
-                timing.graph ? ", a graph" : "");
+    detail::log(LogLevel::debug, "{}: {} = {}: {:.4f} ms ({} runs a batch{}, the L2 {})",
+                m_qualified, fmt::join(names, ", "), fmt::join(values, ", "), timing.ms,
+                timing.batch, timing.graph ? ", a graph" : "",
+                options.flush_bytes > 0 ? "evicted" : "as left");
     return timing.ms;
   };
   hooks.now_s = [] {

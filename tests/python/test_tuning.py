@@ -72,7 +72,7 @@ def test_kjit_tune_usage_errors():
 
 
 def _run(code: str, cache: Path, **env) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ, KJIT_CACHE_DIR=str(cache), KJIT_LOG="info", **env)
+    full_env = {**os.environ, "KJIT_CACHE_DIR": str(cache), "KJIT_LOG": "info", **env}
     script = "import kjit, kjit.tuning, torch, json\n" + f"tuned = kjit.load({str(PACKAGE)!r})\n" + textwrap.dedent(code)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=full_env, timeout=600)
     assert result.returncode == 0, result.stderr
@@ -121,6 +121,27 @@ def test_the_first_call_tunes_and_a_second_process_pays_nothing(tmp_path):
     second = _run(code, tmp_path)
     assert "tuned tuned::scale" not in second.stderr
     assert json.loads(second.stdout.strip().splitlines()[-1]) == entries
+
+
+@cuda
+@pytest.mark.parametrize("mode", ["auto", "cold", "warm", "bogus"])
+def test_kjit_tune_l2_says_how_candidates_are_timed(tmp_path, mode):
+    """auto evicts the L2 before each timed run where the call's tensors span less than twice
+    the L2 (a 24 MB call), not for a call that moves more (a 1 GiB one); cold always, warm never;
+    anything else warns and means auto."""
+    code = """
+        for n in [3 << 20, 128 << 20]:
+            x = torch.randn(n, device="cuda")
+            assert torch.equal(tuned.scale(x, 2.0), x * 2.0)
+    """
+    stderr = _run(code, tmp_path, KJIT_LOG="debug", KJIT_TUNE_L2=mode).stderr
+    lines = [line for line in stderr.splitlines() if "tuned::scale: BLOCK, VEC = " in line]
+    assert len(lines) == 30, stderr[-3000:]  # 15 candidates of each of two buckets
+    small, large = lines[:15], lines[15:]
+    evicted = {"auto": (True, False), "bogus": (True, False), "cold": (True, True), "warm": (False, False)}[mode]
+    for group, want in zip([small, large], evicted):
+        assert all(("the L2 evicted" if want else "the L2 as left") in line for line in group), group
+    assert ("none of 'auto', 'cold' and 'warm'" in stderr) == (mode == "bogus")
 
 
 @cuda
