@@ -120,8 +120,8 @@ __device__ __forceinline__ void for_each_vector(long long n, int d, bool all_ali
   constexpr int k_vec = Vec<T>::k_size;
   const bool whole_rows = !CAT || d % k_vec == 0; // no vector straddles a row of a
   const long long step = static_cast<long long>(gridDim.x) * blockDim.x * k_vec;
-  for (long long e = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) * k_vec;
-       e < n; e += step) {
+  for (long long e = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) * k_vec; e < n;
+       e += step) {
     f(e, all_aligned && whole_rows && e + k_vec <= n);
   }
 }
@@ -164,8 +164,8 @@ act_and_mul_backward(T* __restrict__ da_out, T* __restrict__ db_out, const T* __
   const typename ActOf<ACT>::type act;
   const bool narrow = n <= 0xffffffffLL;
   const long long b_shift = CAT ? d : 0;
-  const bool all_aligned = aligned(a_in) && aligned(b_in) && aligned(g_in) && aligned(da_out) &&
-                           aligned(db_out);
+  const bool all_aligned =
+    aligned(a_in) && aligned(b_in) && aligned(g_in) && aligned(da_out) && aligned(db_out);
   for_each_vector<T, CAT>(n, d, all_aligned, [&](long long e, bool vectorized) {
     if (vectorized) {
       const long long ai = a_offset<CAT>(e, d, narrow);
