@@ -338,13 +338,22 @@ RemoteStore::Lock RemoteStore::lock(const std::string& key, std::string& token) 
   if (!reply) {
     return Lock::unavailable;
   }
-  if (reply->type == REDIS_REPLY_STATUS) {
-    return Lock::acquired;
-  }
   if (reply->type == REDIS_REPLY_NIL) {
     return Lock::held_by_other;
   }
-  return Lock::unavailable; // refused (an ACL without SET): compile without merging
+  if (reply->type != REDIS_REPLY_STATUS) {
+    return Lock::unavailable; // refused (an ACL without SET): compile without merging
+  }
+  // Between the caller's miss and this lock another host may have compiled the key, written
+  // it and let go of the lock: then the entry is there, and compiling again would be the
+  // fleet's second compile of it.
+  Reply exists = call(*m_reader, {"EXISTS", entry_key(key)});
+  if (exists && exists->type == REDIS_REPLY_INTEGER && exists->integer == 1) {
+    call(*m_reader, {"EVAL", k_compare_and_delete, "1", lock_key(key), token});
+    token.clear();
+    return Lock::held_by_other;
+  }
+  return Lock::acquired;
 }
 
 RemoteStore::Result RemoteStore::wait_for(const std::string& key, StoredBinary& out) {

@@ -8,7 +8,8 @@
 // merged across hosts: the first host to miss takes `SET <lock> <token> NX PX ttl`, the others
 // poll for the entry with jittered back-off for a bounded time and then compile themselves; the
 // holder releases with compare-and-delete after its entry is written, and a holder that dies
-// lets the TTL expire.
+// lets the TTL expire. A host that takes the lock checks that the entry is still missing: a
+// holder may have written and released between this host's miss and its lock.
 //
 // Faults cost at most a timeout: explicit connect and operation timeouts, and a circuit breaker
 // (Note [Breaker]) so that a dead server is asked again only after a back-off, while lookups in
@@ -72,7 +73,9 @@ public:
 
   // Looks `key` up; a bad entry is deleted (unless read-only) and counted, and is a miss.
   Result get(const std::string& key, StoredBinary& out);
-  // Takes the compile lock of `key`; `token` identifies this holder.
+  // Takes the compile lock of `key`; `token` identifies this holder. held_by_other also where
+  // the entry was written since the caller's miss (its holder finished and let go): wait_for
+  // then reads it.
   Lock lock(const std::string& key, std::string& token);
   // Waits (jittered back-off, at most `wait`) for another host's entry of `key`.
   Result wait_for(const std::string& key, StoredBinary& out);

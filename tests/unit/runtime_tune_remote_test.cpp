@@ -1,7 +1,7 @@
-// Note [Tuner] with the fleet tier (Note [Remote tier]): tuned configurations travel through a
-// real redis-server, started here on 127.0.0.1 and a free port and stopped at the end of each
-// test (CI installs it; where it is missing the tests say so and fail, as a skipped check hides
-// a defect).
+// Note [Tuner] with the fleet tier (Note [Remote tier]), and the fleet's compile lock: tuned
+// configurations and locks go through a real redis-server, started here on 127.0.0.1 and a
+// free port and stopped at the end of each test (CI installs it; where it is missing the tests
+// say so and fail, as a skipped check hides a defect).
 #include <kjit/runtime.hpp>
 
 #include "cache/remote/remote_store.hpp"
@@ -15,8 +15,8 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <fcntl.h>
 #include <cstdlib>
+#include <fcntl.h>
 #include <filesystem>
 #include <netinet/in.h>
 #include <spawn.h>
@@ -203,4 +203,35 @@ TEST_CASE("kjit cache push and pull carry tuned configurations; a damaged one is
                 })
           ->best == std::vector<std::int64_t>{512});
   CHECK(tunings == 1);
+}
+
+TEST_CASE("a lock taken after the holder wrote and let go is not a second compile", "[remote]") {
+  // Host a misses; host b (which held the lock) writes the entry and releases its lock; only
+  // then does a ask for the lock. a must read b's entry, not compile the key again.
+  kjit::test::TempDir dir;
+  RedisServer redis(dir.path());
+  kjit::detail::RemoteStore a(redis.config());
+  kjit::detail::RemoteStore b(redis.config());
+  const std::string key(32, 'c');
+  const kjit::TunedEntryInfo entry{key, "tuned::f", "1", "dev", config_of(512), 0, {}};
+  kjit::detail::StoredBinary out;
+  REQUIRE(a.get(key, out) == kjit::detail::RemoteStore::Result::miss);
+  std::string b_token;
+  REQUIRE(b.lock(key, b_token) == kjit::detail::RemoteStore::Lock::acquired);
+  REQUIRE(b.put_now(key, kjit::detail::tuned_binary(entry)));
+  b.unlock(key, b_token);
+
+  std::string a_token;
+  CHECK(a.lock(key, a_token) == kjit::detail::RemoteStore::Lock::held_by_other);
+  CHECK(a_token.empty()); // a holds nothing: nothing to release
+  CHECK(a.wait_for(key, out) == kjit::detail::RemoteStore::Result::hit);
+  // A key not written yet still locks as before: one holder, the others wait, then it is free.
+  std::string c_token;
+  kjit::detail::RemoteStore c(redis.config());
+  const std::string other(32, 'd');
+  CHECK(c.lock(other, c_token) == kjit::detail::RemoteStore::Lock::acquired);
+  std::string d_token;
+  CHECK(a.lock(other, d_token) == kjit::detail::RemoteStore::Lock::held_by_other);
+  c.unlock(other, c_token);
+  CHECK(a.lock(other, d_token) == kjit::detail::RemoteStore::Lock::acquired);
 }
