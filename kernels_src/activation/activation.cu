@@ -42,10 +42,18 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
 }
 
 // Each activation with its derivative (for the backward kernels).
+// The logistic sigmoid 1 / (1 + e^-z) of SiLU and of tanh GELU, by the fast exponential and the
+// fast division (__fdividef, as Triton's and so Liger's and inductor's division is): the IEEE
+// division's refinement and slow-path branch made the forward compute-bound (93% of copy against
+// 103% for float32 on an H200). Where e^-z overflows, __fdividef(x, inf) is 0, the limit.
+__device__ __forceinline__ float times_sigmoid(float x, float z) {
+  return __fdividef(x, 1.0f + __expf(-z));
+}
+
 struct Silu {
-  __device__ __forceinline__ float operator()(float x) const { return x / (1.0f + __expf(-x)); }
+  __device__ __forceinline__ float operator()(float x) const { return times_sigmoid(x, x); }
   __device__ __forceinline__ float grad(float x) const {
-    const float s = 1.0f / (1.0f + __expf(-x));
+    const float s = times_sigmoid(1.0f, x);
     return s * (1.0f + x * (1.0f - s));
   }
 };
@@ -62,14 +70,17 @@ struct Gelu {
 };
 
 struct GeluTanh {
-  // torch's approximate='tanh': 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
-  __device__ __forceinline__ float operator()(float x) const {
-    return 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
+  // torch's approximate='tanh': 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3), as
+  // x sigmoid(2u) (0.5 (1 + tanh(u)) = sigmoid(2u)): one exponential and a division instead of
+  // tanhf's branches. The derivative, with s = sigmoid(2u): s + x s (1 - s) d(2u)/dx, where
+  // d(2u)/dx = 2 sqrt(2 / pi) (1 + 3 * 0.044715 x^2).
+  __device__ __forceinline__ static float two_u(float x) {
+    return 1.59576912160573071176f * (x + 0.044715f * x * x * x);
   }
+  __device__ __forceinline__ float operator()(float x) const { return times_sigmoid(x, two_u(x)); }
   __device__ __forceinline__ float grad(float x) const {
-    const float t = tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x));
-    return 0.5f * (1.0f + t) +
-           0.5f * x * (1.0f - t * t) * 0.79788456080286535588f * (1.0f + 0.134145f * x * x);
+    const float s = times_sigmoid(1.0f, two_u(x));
+    return s + x * s * (1.0f - s) * 1.59576912160573071176f * (1.0f + 0.134145f * x * x);
   }
 };
 
