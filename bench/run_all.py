@@ -332,6 +332,7 @@ def render(out, command, note=""):
     if notes.exists() and (kernels.get("rows") or list(out.glob("kernels-*.json"))):
         lines += ["", notes.read_text().rstrip()]
     lines += tune_lines(load(out, "tune") or {})
+    lines += tune_lines(load(out, "tune-sweep") or {}, "Autotuning, the full sweep (`tune-sweep.json`)")
     e2e = load(out, "e2e") or {}
     if e2e.get("forward") or e2e.get("training"):
         systems = ["torch eager", "kjit", "Liger"]
@@ -397,13 +398,13 @@ def render(out, command, note=""):
     return "\n".join(lines) + "\n"
 
 
-def tune_lines(tune):
+def tune_lines(tune, title="Autotuning (`bench_tune.py`)"):
     """The autotuning table (bench_tune.py): per op and shape, the default rule, the tuned
     configuration, the exhaustive best, the peers; then the criteria met and the second process."""
     rows = tune.get("rows") or []
     if not rows:
         return []
-    lines = ["", "## Autotuning (`bench_tune.py`)", "",
+    lines = ["", f"## {title}", "",
              f"{tune['device']}, torch {tune['torch']}, {tune['date']}"
              + (f", {tune['command']}" if tune.get("command") else "") + ": GPU us per call (L2 evicted "
              "before each). Tuned: the configuration kjit chose at the bucket's first call; best: the "
@@ -413,7 +414,7 @@ def tune_lines(tune):
              "| op | dtype | rows x hidden | default | kjit tuned | exhaustive best | tuned / best | "
              "tuned / default | inductor max-autotune | Liger | tune s | first call s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    within = never_slower = ahead = with_peer = 0
+    within = never_slower = ahead = with_peer = ahead_liger = with_liger = 0
 
     def us(ms):
         return f"{ms * 1e3:.2f}" if isinstance(ms, float) else "-"
@@ -432,6 +433,9 @@ def tune_lines(tune):
         if peer is not None:
             with_peer += 1
             ahead += tuned is not None and tuned < peer
+        if ms.get("Liger") is not None:
+            with_liger += 1
+            ahead_liger += tuned is not None and tuned < ms["Liger"]
         lines.append(
             f"| {r['op']} | {r['dtype']} | {r['rows']} x {r['hidden']} | {us(default)} | {us(tuned)} "
             f"({config(r.get('tuned'))}) | {us(best)} ({config(r.get('best'))}) | "
@@ -440,9 +444,11 @@ def tune_lines(tune):
             + (f" ({peer / tuned:.2f}x)" if peer and tuned else "") + f" | {us(ms.get('Liger'))} | "
             + (f"{r['tune_s']:.2f}" if "tune_s" in r else "-") + " | "
             + (f"{r['first_call_s']:.2f}" if "first_call_s" in r else "-") + " |")
+    peers = [f"ahead of inductor's max-autotune: {ahead} of {with_peer}"] if with_peer else []
+    peers += [f"ahead of Liger: {ahead_liger} of {with_liger}"] if with_liger else []
     lines += ["", f"Tuned within 3% of the exhaustive best: {within} of {len(rows)}; no slower than "
-              f"the default (1% noise): {never_slower} of {len(rows)}; ahead of inductor's "
-              f"max-autotune: {ahead} of {with_peer}."]
+              f"the default (1% noise): {never_slower} of {len(rows)}"
+              + "".join(f"; {p}" for p in peers) + "."]
     second = tune.get("second_process")
     if second and "calls" in second:
         lines.append(f"A second process on the same store made the same {second['calls']} calls' first "

@@ -62,8 +62,10 @@ def test_the_autotuning_table_counts_its_criteria():
     assert "| rms_norm | bfloat16 | 1 x 4096 | 4.00 | 3.00 (BLOCK=128) | 3.00 (BLOCK=128) | 1.000 | 0.750 | 5.00 (1.67x) | 4.50 | 0.50 |" in text
     assert "within 3% of the exhaustive best: 1 of 2" in text
     assert "no slower than the default (1% noise): 2 of 2" in text
-    assert "ahead of inductor's max-autotune: 1 of 1" in text
+    assert "ahead of inductor's max-autotune: 1 of 1; ahead of Liger: 1 of 1." in text
     assert "tuning 0 buckets" in text
+    titled = "\n".join(run_all.tune_lines(tune, "Autotuning, the full sweep"))
+    assert "## Autotuning, the full sweep\n" in titled
     assert run_all.tune_lines({}) == []
 
 
