@@ -33,10 +33,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 from report_tables import kernel_table_lines, kernel_target_rows, tune_lines  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
 SUITES = ["runtime", "first_use", "ops", "real_ops", "kernels", "tune", "e2e", "warm", "remote"]
 
 
