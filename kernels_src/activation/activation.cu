@@ -139,32 +139,51 @@ __device__ __forceinline__ void for_each_vector(long long n, int d, bool all_ali
   }
 }
 
-template <typename T, int ACT, bool CAT>
+// U vectors a thread, a block's span (blockDim.x vectors) apart, every load issued before any
+// arithmetic: with U > 1 an element's arithmetic (erff: ~25 instructions) runs while the other
+// vectors' loads are in flight, as the 4-rows kernel this replaced hid it. The grid covers
+// cdiv(n, VEC * blockDim.x * U) (a grid-stride loop past that); the last group of a thread moves
+// its elements one at a time where any of its vectors would pass n.
+template <typename T, int ACT, bool CAT, int U = 1>
 __device__ __forceinline__ void act_and_mul(T* __restrict__ out, const T* __restrict__ a_in,
                                             const T* __restrict__ b_in, int d, long long n) {
   constexpr int k_vec = Vec<T>::k_size;
   const typename ActOf<ACT>::type act;
   const bool narrow = n <= 0xffffffffLL;
   const long long b_shift = CAT ? d : 0;
-  for_each_vector<T, CAT>(
-    n, d, aligned(a_in) && aligned(b_in) && aligned(out), [&](long long e, bool vectorized) {
-      if (vectorized) {
-        const long long ai = a_offset<CAT>(e, d, narrow);
-        Vec<T> a, b, o;
-        a.word = *reinterpret_cast<const uint4*>(a_in + ai);
-        b.word = *reinterpret_cast<const uint4*>(b_in + ai + b_shift);
+  const bool vectors = aligned(a_in) && aligned(b_in) && aligned(out) && (!CAT || d % k_vec == 0);
+  const long long span = static_cast<long long>(blockDim.x) * k_vec;
+  const long long step = static_cast<long long>(gridDim.x) * span * U;
+  for (long long e0 = static_cast<long long>(blockIdx.x) * span * U + threadIdx.x * k_vec; e0 < n;
+       e0 += step) {
+    if (vectors && e0 + (U - 1) * span + k_vec <= n) {
+      Vec<T> a[U];
+      Vec<T> b[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const long long ai = a_offset<CAT>(e0 + u * span, d, narrow);
+        a[u].word = *reinterpret_cast<const uint4*>(a_in + ai);
+        b[u].word = *reinterpret_cast<const uint4*>(b_in + ai + b_shift);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        Vec<T> o;
 #pragma unroll
         for (int j = 0; j < k_vec; ++j) {
-          o.v[j] = from_float<T>(act(to_float(a.v[j])) * to_float(b.v[j]));
+          o.v[j] = from_float<T>(act(to_float(a[u].v[j])) * to_float(b[u].v[j]));
         }
-        *reinterpret_cast<uint4*>(out + e) = o.word;
-      } else {
+        *reinterpret_cast<uint4*>(out + e0 + u * span) = o.word;
+      }
+    } else {
+      for (int u = 0; u < U; ++u) {
+        const long long e = e0 + u * span;
         for (long long k = e; k < n && k < e + k_vec; ++k) {
           const long long ai = a_offset<CAT>(k, d, narrow);
           out[k] = from_float<T>(act(to_float(a_in[ai])) * to_float(b_in[ai + b_shift]));
         }
       }
-    });
+    }
+  }
 }
 
 // The backward of act_and_mul: with a, b and the output's gradient g at one element,
@@ -216,10 +235,11 @@ __global__ void silu_and_mul_kernel(T* __restrict__ out, const T* __restrict__ x
   act_and_mul<T, 0, true>(out, x, x, d, n);
 }
 
-template <typename T>
+// U: vectors a thread (act_and_mul), tuned per size (the manifest's `tune`).
+template <typename T, int U>
 __global__ void gelu_and_mul_kernel(T* __restrict__ out, const T* __restrict__ x, int d,
                                     long long n) {
-  act_and_mul<T, 1, true>(out, x, x, d, n);
+  act_and_mul<T, 1, true, U>(out, x, x, d, n);
 }
 
 template <typename T>
@@ -230,10 +250,10 @@ __global__ void gelu_tanh_and_mul_kernel(T* __restrict__ out, const T* __restric
 
 // act(a) * b of two contiguous tensors of n elements (Liger's silu_mul form: no concatenated
 // input).
-template <typename T, int ACT>
+template <typename T, int ACT, int U>
 __global__ void act_mul_kernel(T* __restrict__ out, const T* __restrict__ a,
                                const T* __restrict__ b, long long n) {
-  act_and_mul<T, ACT, false>(out, a, b, 0, n);
+  act_and_mul<T, ACT, false, U>(out, a, b, 0, n);
 }
 
 // The backward kernels over the n elements of grad. TWO true: da and db from grad, a and b (each
