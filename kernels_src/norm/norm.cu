@@ -301,6 +301,21 @@ __global__ void __launch_bounds__(threads_a_block<BLOCK>)
   float mean;
   float r;
   if constexpr (ITEMS > 0) {
+    // The weight and bias are read after the two reductions; a call of a row or a few (latency-
+    // bound) would pay a second memory round trip there. The first blocks ask the L2 for them
+    // before the row's loads (no registers held; later blocks find them in the L2).
+    if (blockIdx.x < 64) {
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        const int i = t + k * BLOCK;
+        if (i < nv) {
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(w + i * VEC));
+          if constexpr (HAS_BIAS) {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(b + i * VEC));
+          }
+        }
+      }
+    }
     float v[ITEMS][VEC];
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
