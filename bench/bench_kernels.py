@@ -105,6 +105,11 @@ def gelu_tanh_mul_formula(a, b):  # Gemma's gated MLP (GEGLU, tanh GELU)
     return F.gelu(a, approximate="tanh") * b
 
 
+def gelu_and_mul_formula(x):  # vLLM's form: gate and up concatenated, the exact (erf) GELU
+    d = x.shape[-1] // 2
+    return F.gelu(x[..., :d]) * x[..., d:]
+
+
 def rotate_half(x):
     return torch.cat((-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), -1)
 
@@ -165,6 +170,7 @@ def kjit_systems():
         "layer_norm": lambda x, w, b: norm.layer_norm(x, w, b, 1e-5),
         "silu_mul": activation.silu_mul,
         "gelu_tanh_mul": activation.gelu_tanh_mul,
+        "gelu_and_mul": activation.gelu_and_mul,
         "rotary": rotary.apply_rotary,
         "softmax": softmax.softmax,
         "cross_entropy": softmax.cross_entropy,
@@ -173,19 +179,22 @@ def kjit_systems():
 
 FORMULAS = {"rms_norm": rms_formula, "fused_add_rms_norm": fused_add_formula,
             "layer_norm": layer_norm_formula, "silu_mul": silu_mul_formula,
-            "gelu_tanh_mul": gelu_tanh_mul_formula, "rotary": rotary_formula,
+            "gelu_tanh_mul": gelu_tanh_mul_formula, "gelu_and_mul": gelu_and_mul_formula,
+            "rotary": rotary_formula,
             "softmax": softmax_formula, "cross_entropy": cross_entropy_formula}
 # Bytes a call must move per element of x: forward reads x and writes y; backward reads dy and
 # x and writes dx; the fused add reads x and residual and writes both.
 TRAFFIC = {("rms_norm", "forward"): 2, ("rms_norm", "backward"): 3,
            ("fused_add_rms_norm", "forward"): 4, ("layer_norm", "forward"): 2,
            ("layer_norm", "backward"): 3, ("silu_mul", "forward"): 3, ("silu_mul", "backward"): 5,
-           ("gelu_tanh_mul", "forward"): 3, ("gelu_tanh_mul", "backward"): 5}
+           ("gelu_tanh_mul", "forward"): 3, ("gelu_tanh_mul", "backward"): 5,
+           ("gelu_and_mul", "forward"): 3, ("gelu_and_mul", "backward"): 5}
 # silu_mul and gelu_tanh_mul: rows x hidden are the gate's (and up's) shape; forward reads both
 # and writes one, backward reads dy, a and b and writes da and db. rotary: rows are tokens (batch
 # 8 or 2 of 2048), hidden the query's heads x 128 with a quarter as many key heads, as Llama 3
 # has; both directions read q and k (or their gradients) and cos and sin, and write two tensors
-# of q's and k's shapes.
+# of q's and k's shapes. gelu_and_mul: rows x hidden is its output's shape (x is rows x 2 hidden,
+# gate and up side by side); Liger has no exact-GELU kernel, so its peer is torch.compile.
 TRAFFIC.update({("rotary", "forward"): 0, ("rotary", "backward"): 0})  # bytes: rotary_bytes
 TRAFFIC.update({("softmax", "forward"): 2, ("softmax", "backward"): 3,
                 ("cross_entropy", "forward"): 1, ("cross_entropy", "backward"): 2})
@@ -210,6 +219,8 @@ def make_inputs(op, rows, hidden, dtype):
         return [x, torch.randn(rows, hidden, device="cuda", dtype=dtype, generator=g), w]
     if op in ("silu_mul", "gelu_tanh_mul"):
         return [x, torch.randn(rows, hidden, device="cuda", dtype=dtype, generator=g)]
+    if op == "gelu_and_mul":
+        return [torch.cat([x, torch.randn(rows, hidden, device="cuda", dtype=dtype, generator=g)], -1)]
     if op == "softmax":
         return [x * 3]
     if op == "cross_entropy":
@@ -300,18 +311,19 @@ def main():
         shapes = [shapes[0], shapes[2]]
     rows_out = []
     only = set(args.ops.split(",")) if args.ops else None
-    for op in ["rms_norm", "fused_add_rms_norm", "layer_norm", "silu_mul", "gelu_tanh_mul", "rotary", "softmax",
-               "cross_entropy"]:
+    for op in ["rms_norm", "fused_add_rms_norm", "layer_norm", "silu_mul", "gelu_tanh_mul", "gelu_and_mul",
+               "rotary", "softmax", "cross_entropy"]:
         if only and op not in only:
             continue
         for dtype in [torch.bfloat16, torch.float32]:
-            shapes_of = {"silu_mul": mlp_shapes, "gelu_tanh_mul": mlp_shapes, "rotary": rotary_shapes,
+            shapes_of = {"silu_mul": mlp_shapes, "gelu_tanh_mul": mlp_shapes, "gelu_and_mul": mlp_shapes,
+                         "rotary": rotary_shapes,
                          "softmax": softmax_shapes, "cross_entropy": ce_shapes}
             for size, rows, hidden in shapes_of.get(op, shapes):
                 inputs = make_inputs(op, rows, hidden, dtype)
                 compiled = torch.compile(FORMULAS[op], dynamic=False)
                 systems = {"kjit": ours[op]}
-                if liger:
+                if liger and op in liger:
                     systems["Liger"] = liger[op]
                 systems["torch.compile"] = compiled
                 systems["kjit under torch.compile"] = torch.compile(ours[op], dynamic=False)
