@@ -133,11 +133,14 @@ def tune_lines(tune, title="Autotuning (`bench_tune.py`)"):
     lines += ["", f"Tuned within 3% of the exhaustive best: {within} of {len(rows)}; no slower than "
               f"the default (1% noise): {never_slower} of {len(rows)}"
               + "".join(f"; {p}" for p in peers) + "."]
-    second = tune.get("second_process")
-    if second and "calls" in second:
-        lines.append(f"A second process on the same store made the same {second['calls']} calls' first "
-                     f"calls in {second['seconds']:.2f} s in all, tuning {second['new_entries']} buckets "
-                     "(the store served every one).")
-    elif second:
-        lines.append(f"The second process failed: {second.get('error')}")
+    # One second process per run; a file merged from several runs keeps a list (each with "runs").
+    seconds = tune.get("second_process")
+    for second in seconds if isinstance(seconds, list) else [seconds] if seconds else []:
+        runs = f" ({second['runs']})" if second.get("runs") else ""
+        if "calls" in second:
+            lines.append(f"A second process on the same store{runs} made the same {second['calls']} "
+                         f"calls' first calls in {second['seconds']:.2f} s in all, tuning "
+                         f"{second['new_entries']} buckets (the store served every one).")
+        else:
+            lines.append(f"The second process{runs} failed: {second.get('error')}")
     return lines

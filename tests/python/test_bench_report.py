@@ -67,6 +67,11 @@ def test_the_autotuning_table_counts_its_criteria():
     titled = "\n".join(run_all.tune_lines(tune, "Autotuning, the full sweep"))
     assert "## Autotuning, the full sweep\n" in titled
     assert run_all.tune_lines({}) == []
+    merged = dict(tune, second_process=[{"calls": 2, "seconds": 0.25, "new_entries": 0, "runs": "first runs"},
+                                        {"calls": 1, "seconds": 0.01, "new_entries": 1, "runs": "a rerun"}])
+    text = "\n".join(run_all.tune_lines(merged))
+    assert "second process on the same store (first runs) made the same 2 calls' first calls in 0.25 s" in text
+    assert "(a rerun) made the same 1 calls' first calls in 0.01 s in all, tuning 1 buckets" in text
 
 
 def test_merging_a_later_kernels_run(tmp_path):
