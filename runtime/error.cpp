@@ -28,8 +28,9 @@ std::string compile_message(const std::string& result_name, const std::string& l
       if (log.find(std::string("cannot open source file ") + header) != std::string::npos) {
         message +=
           "\nhint: CUDA's C++ library headers (CCCL: cuda/std, cub, thrust) are not on the "
-          "include path; install nvidia-cuda-cccl (pip install 'kjit[cccl]') or set "
-          "CUDA_HOME to a CUDA toolkit";
+          "include path; install nvidia-cuda-cccl beside this NVRTC (pip install "
+          "'kjit[cccl]'), or set KJIT_NVRTC_LIBRARY to a CUDA toolkit's libnvrtc (its headers "
+          "come with it; CUDA_HOME does not win over an NVRTC torch has loaded)";
         break;
       }
     }
