@@ -1,6 +1,7 @@
 # Installs kjit from the current build, then builds and runs the consumer app twice: through
-# find_package on the installed tree and through add_subdirectory on the source tree.
-foreach(variable KJIT_SOURCE_DIR KJIT_BINARY_DIR WORK_DIR GENERATOR)
+# find_package on the installed tree and through add_subdirectory on the source tree. The
+# subproject builds as this build did (BUILD_TYPE, WERROR), so a compiler cache serves its files.
+foreach(variable KJIT_SOURCE_DIR KJIT_BINARY_DIR WORK_DIR GENERATOR BUILD_TYPE WERROR)
   if(NOT DEFINED ${variable})
     message(FATAL_ERROR "run.cmake needs -D${variable}=...")
   endif()
@@ -22,6 +23,7 @@ run(${CMAKE_COMMAND} --build ${WORK_DIR}/find_package)
 run(${WORK_DIR}/find_package/consumer)
 
 run(${CMAKE_COMMAND} -S ${KJIT_SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/add_subdirectory
-  -G ${GENERATOR} -DKJIT_CONSUMER_MODE=add_subdirectory -DKJIT_SOURCE_DIR=${KJIT_SOURCE_DIR})
+  -G ${GENERATOR} -DKJIT_CONSUMER_MODE=add_subdirectory -DKJIT_SOURCE_DIR=${KJIT_SOURCE_DIR}
+  -DCMAKE_BUILD_TYPE=${BUILD_TYPE} -DKJIT_WERROR=${WERROR})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/add_subdirectory)
 run(${WORK_DIR}/add_subdirectory/consumer)
