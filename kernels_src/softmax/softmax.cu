@@ -3,9 +3,12 @@
 //
 // BLOCK threads a row of n elements, read as vectors of VEC elements (16 bytes where the row and
 // pointer are aligned, else 1); a block takes one row, but softmax's forward block with BLOCK <=
-// 32 takes 128 / BLOCK rows (rows of a few vectors then still fill the SMs). The row's maximum and
-// sum of exponentials are found in one pass (online: a new maximum rescales the running sum), per
-// thread then across the block; a thread's loop keeps UNROLL vectors' loads in flight.
+// 32 takes 128 / BLOCK rows (rows of a few vectors then still fill the SMs). A row read twice
+// finds its maximum and sum of exponentials in one pass (online: a new maximum rescales the
+// running sum), per thread then across the block; a thread's loop keeps UNROLL vectors' loads in
+// flight. A row kept in registers (ITEMS > 0, one block) takes the maximum, then the sum, as two
+// plain reductions: the online merge puts two exponentials on each step of the reduction's chain,
+// which is what a call of a few rows waits for.
 //
 // softmax: ITEMS > 0: thread t keeps vectors t, t + BLOCK, ... (ITEMS of them, as loaded) in
 // registers, so the row is read from memory once. ITEMS 0 (rows too long for that): a second
@@ -123,6 +126,54 @@ __device__ __forceinline__ float2 block_max_sum(float2 v, float2* shared) {
       other.x = __shfl_xor_sync(0xffffffffu, v.x, o);
       other.y = __shfl_xor_sync(0xffffffffu, v.y, o);
       v = merge(v, other);
+    }
+  }
+  return v;
+}
+
+// The maximum over a row's BLOCK threads, as block_max_sum; the cross-warp stage reads the
+// BLOCK / 32 warps' values into every group of BLOCK / 32 lanes, so log2(BLOCK / 32) levels
+// give every lane the result.
+template <int BLOCK>
+__device__ __forceinline__ float block_max(float v, float2* shared) {
+#pragma unroll
+  for (int o = (BLOCK < 32 ? BLOCK : 32) / 2; o > 0; o >>= 1) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  }
+  if constexpr (BLOCK > 32) {
+    constexpr int W = BLOCK / 32;
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) {
+      shared[threadIdx.x / 32].x = v;
+    }
+    __syncthreads();
+    v = shared[threadIdx.x % W].x;
+#pragma unroll
+    for (int o = W / 2; o > 0; o >>= 1) {
+      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    }
+  }
+  return v;
+}
+
+// The sum over a row's BLOCK threads, as block_max.
+template <int BLOCK>
+__device__ __forceinline__ float block_sum1(float v, float2* shared) {
+#pragma unroll
+  for (int o = (BLOCK < 32 ? BLOCK : 32) / 2; o > 0; o >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  }
+  if constexpr (BLOCK > 32) {
+    constexpr int W = BLOCK / 32;
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) {
+      shared[threadIdx.x / 32].x = v;
+    }
+    __syncthreads();
+    v = shared[threadIdx.x % W].x;
+#pragma unroll
+    for (int o = W / 2; o > 0; o >>= 1) {
+      v += __shfl_xor_sync(0xffffffffu, v, o);
     }
   }
   return v;
@@ -298,21 +349,38 @@ __device__ __forceinline__ void softmax_row(T* __restrict__ y, const T* __restri
         }
       }
     }
-    float s = 0.f;
-    if (m != neg_inf()) {
+    float2 ms;
+    if constexpr (CLUSTER == 1) {
+      // The row's maximum, then its sum of exp(x - max): two plain reductions where the online
+      // merge (two exponentials a step) would sit on the chain.
+      ms.x = block_max<BLOCK>(m, shared);
+      float s = 0.f;
+      if (ms.x != neg_inf()) {
 #pragma unroll
-      for (int k = 0; k < ITEMS; ++k) {
-        if (t + k * BLOCK < nv) {
+        for (int k = 0; k < ITEMS; ++k) {
+          if (t + k * BLOCK < nv) {
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            s += __expf(static_cast<float>(raw[k].v[j]) - m);
+            for (int j = 0; j < VEC; ++j) {
+              s += __expf(static_cast<float>(raw[k].v[j]) - ms.x);
+            }
           }
         }
       }
-    }
-    float2 ms = block_max_sum<BLOCK>(make_float2(m, s), shared);
-    if constexpr (CLUSTER > 1) {
-      ms = cluster_combine<true>(part, ms);
+      ms.y = block_sum1<BLOCK>(s, shared);
+    } else {
+      float s = 0.f;
+      if (m != neg_inf()) {
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) {
+          if (t + k * BLOCK < nv) {
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+              s += __expf(static_cast<float>(raw[k].v[j]) - m);
+            }
+          }
+        }
+      }
+      ms = cluster_combine<true>(part, block_max_sum<BLOCK>(make_float2(m, s), shared));
     }
     const float inv = 1.f / ms.y;
 #pragma unroll
