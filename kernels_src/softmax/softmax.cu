@@ -1,5 +1,7 @@
 // Softmax over the last dim (forward, backward) and cross-entropy over large vocabularies
 // (forward, backward) for T = float, __half or __nv_bfloat16, float32 arithmetic.
+// One file of about 650 lines: the four kernels' families share its row machinery (vectors,
+// reductions, clusters).
 //
 // BLOCK threads a row of n elements, read as vectors of VEC elements (16 bytes where the row and
 // pointer are aligned, else 1); a block takes one row, but softmax's forward block with BLOCK <=
