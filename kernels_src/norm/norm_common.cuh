@@ -87,11 +87,14 @@ __device__ __forceinline__ float2 block_sum2(float a, float b, float2* shared) {
       shared[warp] = make_float2(a, b);
     }
     __syncthreads();
-    const float2 s = lane < BLOCK / 32 ? shared[lane] : make_float2(0.f, 0.f);
+    // Every group of BLOCK / 32 lanes reads the warps' sums, so log2(BLOCK / 32) steps give
+    // every lane the total (5 steps over 32 lanes waited longer for a call of a few rows).
+    constexpr int W = BLOCK / 32;
+    const float2 s = shared[lane % W];
     a = s.x;
     b = s.y;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
+    for (int o = W / 2; o > 0; o >>= 1) {
       a += __shfl_xor_sync(0xffffffffu, a, o);
       b += __shfl_xor_sync(0xffffffffu, b, o);
     }
