@@ -1,6 +1,6 @@
 // Softmax over the last dim (forward, backward) and cross-entropy over large vocabularies
 // (forward, backward) for T = float, __half or __nv_bfloat16, float32 arithmetic.
-// One file of about 650 lines: the four kernels' families share its row machinery (vectors,
+// One file of about 640 lines: the four kernels' families share its row machinery (vectors,
 // reductions, clusters).
 //
 // BLOCK threads a row of n elements, read as vectors of VEC elements (16 bytes where the row and
@@ -133,14 +133,14 @@ __device__ __forceinline__ float2 block_max_sum(float2 v, float2* shared) {
   return v;
 }
 
-// The maximum over a row's BLOCK threads, as block_max_sum; the cross-warp stage reads the
-// BLOCK / 32 warps' values into every group of BLOCK / 32 lanes, so log2(BLOCK / 32) levels
-// give every lane the result.
-template <int BLOCK>
-__device__ __forceinline__ float block_max(float v, float2* shared) {
+// op(v, ...) over a row's BLOCK threads (op associative and commutative: fmaxf, a sum), as
+// block_max_sum; the cross-warp stage reads the BLOCK / 32 warps' values into every group of
+// BLOCK / 32 lanes, so log2(BLOCK / 32) levels give every lane the result.
+template <int BLOCK, typename Op>
+__device__ __forceinline__ float block_reduce(float v, float2* shared, Op op) {
 #pragma unroll
   for (int o = (BLOCK < 32 ? BLOCK : 32) / 2; o > 0; o >>= 1) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   }
   if constexpr (BLOCK > 32) {
     constexpr int W = BLOCK / 32;
@@ -152,30 +152,7 @@ __device__ __forceinline__ float block_max(float v, float2* shared) {
     v = shared[threadIdx.x % W].x;
 #pragma unroll
     for (int o = W / 2; o > 0; o >>= 1) {
-      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    }
-  }
-  return v;
-}
-
-// The sum over a row's BLOCK threads, as block_max.
-template <int BLOCK>
-__device__ __forceinline__ float block_sum1(float v, float2* shared) {
-#pragma unroll
-  for (int o = (BLOCK < 32 ? BLOCK : 32) / 2; o > 0; o >>= 1) {
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  }
-  if constexpr (BLOCK > 32) {
-    constexpr int W = BLOCK / 32;
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) {
-      shared[threadIdx.x / 32].x = v;
-    }
-    __syncthreads();
-    v = shared[threadIdx.x % W].x;
-#pragma unroll
-    for (int o = W / 2; o > 0; o >>= 1) {
-      v += __shfl_xor_sync(0xffffffffu, v, o);
+      v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
     }
   }
   return v;
@@ -355,7 +332,7 @@ __device__ __forceinline__ void softmax_row(T* __restrict__ y, const T* __restri
     if constexpr (CLUSTER == 1) {
       // The row's maximum, then its sum of exp(x - max): two plain reductions where the online
       // merge (two exponentials a step) would sit on the chain.
-      ms.x = block_max<BLOCK>(m, shared);
+      ms.x = block_reduce<BLOCK>(m, shared, [](float x, float y) { return fmaxf(x, y); });
       float s = 0.f;
       if (ms.x != neg_inf()) {
 #pragma unroll
@@ -368,7 +345,7 @@ __device__ __forceinline__ void softmax_row(T* __restrict__ y, const T* __restri
           }
         }
       }
-      ms.y = block_sum1<BLOCK>(s, shared);
+      ms.y = block_reduce<BLOCK>(s, shared, [](float x, float y) { return x + y; });
     } else {
       float s = 0.f;
       if (m != neg_inf()) {
