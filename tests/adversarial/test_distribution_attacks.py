@@ -15,6 +15,9 @@ from kjit import _locking
 
 from attack_helpers import cli, env, git, make_package, make_repo, python, tree  # noqa: F401 (env: a fixture)
 
+# Fetching, locking and bundling: the packages' loads under each torch are test_distribution.py's.
+pytestmark = pytest.mark.torch_independent
+
 MARKER_INIT = """
     import pathlib, torch
     pathlib.Path({marker!r}).write_text("package code ran")

@@ -1,8 +1,7 @@
 // GPU tests: exit 125 (reported as skipped by CTest) where no driver or device is found.
-#define CATCH_CONFIG_RUNNER
 #include <kjit/device.hpp>
 
-#include <catch2/catch.hpp>
+#include "support/catch_run.hpp"
 
 #include <cstdio>
 
@@ -13,5 +12,5 @@ int main(int argc, char** argv) {
   }
   const auto info = kjit::device_info(0);
   std::printf("device 0: %s (%s)\n", info.name.c_str(), info.arch.name().c_str());
-  return Catch::Session().run(argc, argv);
+  return kjit::test::catch_run(argc, argv);
 }

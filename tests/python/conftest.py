@@ -1,8 +1,13 @@
+import atexit
 import os
+import shutil
 import tempfile
 
-# Every test session gets its own kernel cache (set before kjit is imported).
-os.environ.setdefault("KJIT_CACHE_DIR", tempfile.mkdtemp(prefix="kjit-pytest-cache-"))
+# Every test session gets its own kernel cache (set before kjit is imported), removed when the
+# process that made it exits (pytest-xdist's workers inherit it and leave it alone).
+if "KJIT_CACHE_DIR" not in os.environ:
+    os.environ["KJIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="kjit-pytest-cache-")
+    atexit.register(shutil.rmtree, os.environ["KJIT_CACHE_DIR"], ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -12,6 +12,9 @@ import torch
 
 import kjit
 
+# The C++ tool and the console script: nothing here depends on torch's version.
+pytestmark = pytest.mark.torch_independent
+
 KERNELS = Path(kjit.__file__).parent / "kernels"
 
 

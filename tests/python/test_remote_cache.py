@@ -17,8 +17,9 @@ import pytest
 KERNELS = 6
 REDIS = shutil.which("redis-server")
 # CI installs redis-server; elsewhere (a GPU image without it) these tests say why they skip.
-pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("CI"),
-                                reason="redis-server is not installed")
+pytestmark = [pytest.mark.skipif(REDIS is None and not os.environ.get("CI"),
+                                 reason="redis-server is not installed"),
+              pytest.mark.torch_independent]  # the C++ tier, through kjit._C
 
 
 class Redis:

@@ -1,2 +1,5 @@
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+#include "support/catch_run.hpp"
+
+int main(int argc, char** argv) {
+  return kjit::test::catch_run(argc, argv);
+}

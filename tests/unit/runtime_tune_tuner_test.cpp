@@ -16,6 +16,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <thread>
@@ -150,7 +151,9 @@ TEST_CASE("tuned configurations round-trip through the store, export and import"
   kjit::TunedConfig config;
   config.names = {"BLOCK", "ROWS"};
   config.best = {256, 2};
-  config.timings = {{{256, 1}, 2.0, ""}, {{256, 2}, 1.0, ""}, {{512, 2}, INFINITY, "no | good"}};
+  config.timings = {{{256, 1}, 2.0, ""},
+                    {{256, 2}, 1.0, ""},
+                    {{512, 2}, std::numeric_limits<double>::infinity(), "no | good"}};
   config.pruned = 1;
   config.seconds = 0.75;
   const std::string key = kjit::detail::tune_key({"tuned",
