@@ -208,11 +208,13 @@ std::int64_t OpState::string_value(const TorchApi& api, std::size_t i, StringHan
   check(api.torch_string_c_str(handle, &data), "torch_string_c_str", m_qualified.c_str());
   check(api.torch_string_length(handle, &length), "torch_string_length", m_qualified.c_str());
   const std::string_view text(data, length);
-  std::string known;
   for (const auto& [name, number] : m_spec->inputs[i].strings) {
     if (name == text) {
       return number;
     }
+  }
+  std::string known;
+  for (const auto& [name, number] : m_spec->inputs[i].strings) {
     known += fmt::format("{}'{}'", known.empty() ? "" : ", ", name);
   }
   value_error(fmt::format("{}: argument '{}' is '{}'; expected one of {}", m_qualified,
