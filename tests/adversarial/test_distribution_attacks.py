@@ -16,7 +16,7 @@ from kjit import _locking
 from attack_helpers import cli, env, git, make_package, make_repo, python, tree  # noqa: F401 (env: a fixture)
 
 # Fetching, locking and bundling: the packages' loads under each torch are test_distribution.py's.
-pytestmark = [pytest.mark.torch_independent, pytest.mark.newest_torch]
+pytestmark = pytest.mark.torch_independent
 
 MARKER_INIT = """
     import pathlib, torch
