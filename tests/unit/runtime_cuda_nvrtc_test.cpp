@@ -1,8 +1,8 @@
 #include <kjit/error.hpp>
 #include <kjit/runtime.hpp>
 
+#include "runtime/compile/nvrtc_compiler.hpp"
 #include "runtime/cuda/nvrtc.hpp"
-#include "runtime/nvrtc_compiler.hpp"
 #include "support/test_support.hpp"
 
 #include <catch2/catch.hpp>

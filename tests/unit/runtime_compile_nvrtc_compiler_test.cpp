@@ -1,7 +1,7 @@
 #include <kjit/error.hpp>
 #include <kjit/runtime.hpp>
 
-#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/compile/nvrtc_compiler.hpp"
 #include "support/test_support.hpp"
 
 #include <catch2/catch.hpp>

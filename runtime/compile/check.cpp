@@ -5,7 +5,7 @@
 #include <kjit/check.hpp>
 #include <kjit/error.hpp>
 
-#include "runtime/cubin.hpp"
+#include "runtime/compile/cubin.hpp"
 #include "runtime/manifest/op_spec.hpp"
 
 #include <fmt/format.h>

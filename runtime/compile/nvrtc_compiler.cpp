@@ -1,4 +1,4 @@
-#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/compile/nvrtc_compiler.hpp"
 
 #include <kjit/error.hpp>
 

@@ -4,7 +4,7 @@
 //   bytes, so that records stay 4-byte aligned; 0x04 a u16 size and that many bytes.
 // EIATTR_KPARAM_INFO (0x17, format 0x04, 12 bytes) describes one parameter:
 //   u32 index, u16 ordinal, u16 offset, u32 flags whose bits 18..31 are the size in bytes.
-#include "runtime/cubin.hpp"
+#include "runtime/compile/cubin.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,6 +1,6 @@
 #include <kjit/runtime.hpp>
 
-#include "runtime/cubin.hpp"
+#include "runtime/compile/cubin.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
 #include <kjit/arch.hpp>
 #include <kjit/error.hpp>
 
-#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/compile/nvrtc_compiler.hpp"
 
 #include <fmt/format.h>
 
