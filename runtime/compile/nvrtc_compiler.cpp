@@ -1,5 +1,7 @@
 #include "runtime/compile/nvrtc_compiler.hpp"
 
+#include "runtime/compile/pch_folder.hpp"
+
 #include <kjit/error.hpp>
 
 #include "runtime/logging.hpp"
@@ -83,10 +85,12 @@ UniqueProgram& UniqueProgram::operator=(UniqueProgram&& other) noexcept {
 // headers: about 1.5 s, then 0.2 s; bench/RESULTS.md). A PCH saves parsing and changes no code:
 // the cubins differ from a compile without it only where two compiles without it already differ
 // (the unique ids of internal-linkage names), which a test checks. So it is not part of the
-// cache key, like the number of threads of a parallel build. NVRTC keeps the files (about
-// 100 MB each) in a folder of its own under $TMPDIR or /tmp for the life of the process, so PCH is
-// only asked for where that has room (`pch_has_room`). KJIT_NVRTC_PCH=0 turns it off; a user's
-// own PCH options (`--create-pch`, `--use-pch`, `--pch-dir`, ...) are passed as given instead.
+// cache key, like the number of threads of a parallel build. NVRTC keeps the files (7-100 MB
+// each) for the life of the process in a folder that kjit makes under $TMPDIR or /tmp and names
+// with `--pch-dir`, so that a killed process's files can be found and removed later (Note [PCH
+// folders] in pch_folder.cpp); PCH is only asked for where that has room (`pch_has_room`).
+// KJIT_NVRTC_PCH=0 turns it off; a user's own PCH options (`--create-pch`, `--use-pch`,
+// `--pch-dir`, ...) are passed as given instead.
 bool nvrtc_pch_enabled() {
   static const bool enabled = [] {
     const auto value = getenv_nonempty("KJIT_NVRTC_PCH");
@@ -117,8 +121,7 @@ std::atomic<bool> g_pch_failed{false};
 // default PCH heap is 256 MiB, and a PCH of cuda/std headers is about 100 MB.
 bool pch_has_room() {
   constexpr std::uint64_t k_needed = std::uint64_t{1} << 30;
-  const auto tmpdir = getenv_nonempty("TMPDIR");
-  const std::string dir = tmpdir ? std::string(*tmpdir) : std::string("/tmp");
+  const std::string dir = pch_base_dir().string();
   struct statvfs fs {};
   const bool room =
     ::statvfs(dir.c_str(), &fs) == 0 && std::uint64_t(fs.f_bavail) * fs.f_frsize >= k_needed;
@@ -140,6 +143,9 @@ CompileResult compile_once(const CompileRequest& request, bool auto_pch) {
   if (auto_pch) {
     // Quiet: a PCH that does not fit this program is not worth a line in its log.
     options.insert(options.end(), {"-pch", "--pch-messages=false", "--pch-verbose=false"});
+    if (const std::string& folder = pch_folder(); !folder.empty()) {
+      options.push_back("--pch-dir=" + folder);
+    }
   }
   for (const auto& dir : request.include_dirs) {
     options.push_back("-I" + dir);

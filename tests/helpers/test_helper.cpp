@@ -2,6 +2,9 @@
 // prints what happened as `name=value` lines.
 //
 //   kjit_test_helper compile DIR SOURCE ARCH [GO_FILE]  compile for ARCH (waits for GO_FILE first)
+//   kjit_test_helper compile-then-wait DIR SOURCE ARCH READY_FILE
+//                                   compile, create READY_FILE, then wait (at most 120 s) to be
+//                                   killed
 //   kjit_test_helper kernel DIR SOURCE NAME             load NAME for the device
 //   kjit_test_helper compile-many DIR ARCH THREADS GO_FILE SOURCE...
 //                                   THREADS threads each compile every SOURCE (rotated order)
@@ -47,6 +50,13 @@ int run(int argc, char** argv) {
       mapped = mapped || line.find("/libnvrtc.so") != std::string::npos;
     }
     std::cout << "nvrtc_mapped=" << mapped << "\n";
+    return 0;
+  }
+  if (command == "compile-then-wait" && argc >= 6) {
+    kjit::Runtime runtime(kjit::RuntimeOptions{.cache_dir = argv[2]});
+    runtime.compile(kjit::Program::from_file(argv[3]), kjit::Target{kjit::Arch::parse(argv[4])});
+    std::ofstream(argv[5]).put('\n');
+    std::this_thread::sleep_for(std::chrono::seconds(120));
     return 0;
   }
   if (command == "compile-many" && argc >= 7) {
@@ -113,7 +123,8 @@ int run(int argc, char** argv) {
     std::cout << "error=none\n";
     return 1;
   }
-  std::cerr << "usage: kjit_test_helper compile|kernel|key|launch-without-driver ...\n";
+  std::cerr << "usage: kjit_test_helper "
+               "compile|compile-then-wait|compile-many|kernel|key|launch-without-driver ...\n";
   return 2;
 }
 
