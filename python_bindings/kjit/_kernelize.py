@@ -93,9 +93,9 @@ def register_layer(class_name: str, layer: type[nn.Module] | Fit, *attributes: s
 
 for _name in ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm"):
     register_layer(_name, layers.RMSNorm, "weight", "variance_epsilon")
-for _name in ("GemmaRMSNorm", "Gemma2RMSNorm"):
+for _name in ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm"):
     register_layer(_name, layers.GemmaRMSNorm, "weight", "eps")
-for _name in ("LlamaMLP", "Qwen2MLP", "Qwen3MLP", "MistralMLP", "GemmaMLP", "Gemma2MLP"):
+for _name in ("LlamaMLP", "Qwen2MLP", "Qwen3MLP", "MistralMLP", "GemmaMLP", "Gemma2MLP", "Gemma3MLP"):
     register_layer(_name, _gated_mlp)
 
 
@@ -108,7 +108,7 @@ def _attention(module, mode, compile):
 
 
 for _name in ("LlamaAttention", "Qwen2Attention", "Qwen3Attention", "MistralAttention", "GemmaAttention",
-              "Gemma2Attention"):
+              "Gemma2Attention", "Gemma3Attention"):
     register_layer(_name, _attention)
 
 

@@ -50,8 +50,8 @@ class RMSNorm(nn.Module):
 
 
 class GemmaRMSNorm(nn.Module):
-    """Gemma and Gemma 2 RMSNorm: (x / rms(x) * (1 + weight)) in float32, over `weight` and
-    `eps`."""
+    """Gemma, Gemma 2 and Gemma 3 RMSNorm: (x / rms(x) * (1 + weight)) in float32, over `weight`
+    and `eps`."""
 
     can_torch_compile = True
     has_backward = True
@@ -81,7 +81,7 @@ class SiluAndMulMLP(nn.Module):
 
 
 class GeluTanhAndMulMLP(nn.Module):
-    """A gated MLP with tanh-approximated GELU (Gemma): gate_proj, up_proj, down_proj."""
+    """A gated MLP with tanh-approximated GELU (Gemma 1-3): gate_proj, up_proj, down_proj."""
 
     can_torch_compile = True
     has_backward = True
@@ -156,7 +156,7 @@ def _with_global(fn, name: str, value):
 @functools.cache
 def attention_with_rotary(attention: type) -> type:
     """A layer for an attention class whose forward calls its module's `apply_rotary_pos_emb`
-    (Llama, Qwen2, Qwen3, Mistral, Gemma, Gemma 2): the class's own forward, seeing kjit's
+    (Llama, Qwen2, Qwen3, Mistral, Gemma 1-3): the class's own forward, seeing kjit's
     rotary_pos_emb there instead. The projections, the attention and the cache are the
     module's own."""
     forward = attention.forward

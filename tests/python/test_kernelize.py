@@ -1,5 +1,5 @@
 """kjit.kernelize on tiny, randomly initialised transformers models built from a config (no
-weights downloaded): Llama, Qwen2 and Gemma. Kernelized logits match the original's, and so do a
+weights downloaded): Llama, Qwen2, Qwen3, Mistral and Gemma 1-3. Kernelized logits match the original's, and so do a
 training step's loss and gradients; on CPU the packages' CPU implementations run, on a GPU their
 kernels."""
 
@@ -27,7 +27,16 @@ def tiny(family: str):
         return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
     if family == "qwen2":
         return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
-    return transformers.GemmaForCausalLM(transformers.GemmaConfig(head_dim=16, hidden_act="gelu_pytorch_tanh", **common))
+    if family == "qwen3":  # RMSNorms of the heads' queries and keys in its attention
+        return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(head_dim=16, **common))
+    if family == "mistral":
+        return transformers.MistralForCausalLM(transformers.MistralConfig(**common))
+    gemma = dict(head_dim=16, hidden_act="gelu_pytorch_tanh", **common)
+    if family == "gemma2":  # four norms a layer; soft-capped attention and logits
+        return transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**gemma))
+    if family == "gemma3":  # and query and key norms; local and global rotary embeddings
+        return transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**gemma))
+    return transformers.GemmaForCausalLM(transformers.GemmaConfig(**gemma))
 
 
 EXPECTED = {
@@ -35,8 +44,16 @@ EXPECTED = {
               "ForCausalLMLoss -> causal_lm_loss": 1},
     "qwen2": {"Qwen2RMSNorm -> RMSNorm": 5, "Qwen2MLP -> SiluAndMulMLP": 2, "Qwen2Attention -> Qwen2AttentionKjitRotary": 2,
               "ForCausalLMLoss -> causal_lm_loss": 1},
+    "qwen3": {"Qwen3RMSNorm -> RMSNorm": 9, "Qwen3MLP -> SiluAndMulMLP": 2, "Qwen3Attention -> Qwen3AttentionKjitRotary": 2,
+              "ForCausalLMLoss -> causal_lm_loss": 1},
+    "mistral": {"MistralRMSNorm -> RMSNorm": 5, "MistralMLP -> SiluAndMulMLP": 2,
+                "MistralAttention -> MistralAttentionKjitRotary": 2, "ForCausalLMLoss -> causal_lm_loss": 1},
     "gemma": {"GemmaRMSNorm -> GemmaRMSNorm": 5, "GemmaMLP -> GeluTanhAndMulMLP": 2, "GemmaAttention -> GemmaAttentionKjitRotary": 2,
               "ForCausalLMLoss -> causal_lm_loss": 1},
+    "gemma2": {"Gemma2RMSNorm -> GemmaRMSNorm": 9, "Gemma2MLP -> GeluTanhAndMulMLP": 2,
+               "Gemma2Attention -> Gemma2AttentionKjitRotary": 2, "ForCausalLMLoss -> causal_lm_loss": 1},
+    "gemma3": {"Gemma3RMSNorm -> GemmaRMSNorm": 13, "Gemma3MLP -> GeluTanhAndMulMLP": 2,
+               "Gemma3Attention -> Gemma3AttentionKjitRotary": 2, "ForCausalLMLoss -> causal_lm_loss": 1},
 }
 
 
@@ -51,9 +68,9 @@ def pair(family, device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("family", ["llama", "qwen2", "gemma"])
+@pytest.mark.parametrize("family", list(EXPECTED))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_logits_match_and_modules_keep_their_parameters(family, device, dtype, caplog):
+def test_logits_match_and_modules_keep_their_parameters(family, device, dtype, caplog, monkeypatch):
     model, original = pair(family, device, dtype)
     names = [n for n, _ in model.named_parameters()]
     with caplog.at_level(logging.INFO, logger="kjit"):
@@ -61,13 +78,26 @@ def test_logits_match_and_modules_keep_their_parameters(family, device, dtype, c
     assert report.replaced == EXPECTED[family]
     assert "module(s) replaced" in caplog.text
     assert [n for n, _ in model.named_parameters()] == names
+    # Every replaced module runs its kjit op (none falls back to its own forward) once a forward.
+    calls = {}
+    for package, op in (("norm", "rms_norm"), ("activation", "silu_mul"), ("activation", "gelu_tanh_mul"),
+                        ("rotary", "apply_rotary")):
+        loaded = kjit.layers._package(package)
+        real = getattr(loaded, op)
+        monkeypatch.setattr(loaded, op, lambda *a, _op=op, _real=real: calls.update({_op: calls.get(_op, 0) + 1}) or _real(*a))
     ids = torch.randint(0, 128, (2, 12), device=device)
     with torch.no_grad():
-        torch.testing.assert_close(model(ids).logits, original.eval()(ids).logits, rtol=TOL[dtype], atol=TOL[dtype])
+        got = model(ids).logits
+    ops = {"RMSNorm": "rms_norm", "SiluAndMulMLP": "silu_mul", "GeluTanhAndMulMLP": "gelu_tanh_mul",
+           "KjitRotary": "apply_rotary"}
+    want_calls = {op: n for entry, n in EXPECTED[family].items() for suffix, op in ops.items() if entry.endswith(suffix)}
+    assert calls == want_calls
+    with torch.no_grad():
+        torch.testing.assert_close(got, original.eval()(ids).logits, rtol=TOL[dtype], atol=TOL[dtype])
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("family", ["llama", "gemma"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3"])
 def test_a_training_step_matches(family, device):
     model, original = pair(family, device, torch.float32)
     kjit.kernelize(model.train(), mode="training")
