@@ -176,6 +176,9 @@ public:
   const std::vector<std::shared_ptr<const detail::OpSpec>>& op_specs() const noexcept;
 
 private:
+  // The program of `kernel` asking for `entry` (its specialized entry).
+  Program program(const KernelDecl& kernel, const std::string& entry) const;
+
   struct Impl;
   std::shared_ptr<const Impl> m_impl;
 };

@@ -355,15 +355,18 @@ const KernelDecl& Package::kernel(std::string_view name) const {
   throw Error(fmt::format("package '{}' has no kernel '{}'", m_impl->name, name));
 }
 
-std::pair<Program, std::string>
-Package::specialize(const KernelDecl& kernel,
-                    const std::vector<std::pair<std::string, std::string>>& values) const {
+namespace {
+
+// Kernel `kernel`'s entry with its placeholders replaced by `values` (placeholder -> text).
+std::string specialized_entry(const KernelDecl& kernel,
+                              const std::vector<std::pair<std::string, std::string>>& values,
+                              const std::filesystem::path& manifest) {
   std::string entry = kernel.entry;
   for (const auto& name : placeholders(kernel.entry)) {
     const auto value =
       std::find_if(values.begin(), values.end(), [&](const auto& v) { return v.first == name; });
     if (value == values.end()) {
-      throw ManifestError(m_impl->manifest.string(), "kernel." + kernel.name + ".entry", 0, 0,
+      throw ManifestError(manifest.string(), "kernel." + kernel.name + ".entry", 0, 0,
                           fmt::format("no value for placeholder {{{}}}", name));
     }
     const std::string token = "{" + name + "}";
@@ -371,6 +374,12 @@ Package::specialize(const KernelDecl& kernel,
       entry.replace(at, token.size(), value->second);
     }
   }
+  return entry;
+}
+
+} // namespace
+
+Program Package::program(const KernelDecl& kernel, const std::string& entry) const {
   CompileOptions options{kernel.options, kernel.include_dirs, {}, m_impl->scope};
   if (entry != kernel.entry) {
     options.name_expressions.push_back(entry);
@@ -382,7 +391,14 @@ Package::specialize(const KernelDecl& kernel,
       options.origin.ops.push_back(op.name);
     }
   }
-  return {Program::from_file(kernel.source, std::move(options)), entry};
+  return Program::from_file(kernel.source, std::move(options));
+}
+
+std::pair<Program, std::string>
+Package::specialize(const KernelDecl& kernel,
+                    const std::vector<std::pair<std::string, std::string>>& values) const {
+  std::string entry = specialized_entry(kernel, values, m_impl->manifest);
+  return {program(kernel, entry), std::move(entry)};
 }
 
 namespace {
@@ -479,30 +495,33 @@ std::vector<WarmItem> Package::warm_list(bool every_launch) const {
         // The cartesian product of the table's warm lists, in declaration order.
         std::vector<std::vector<std::pair<std::string, std::string>>> combos{{}};
         for (const auto& param : launch.specialize) {
-          const std::vector<std::string> values = warm_values(op, table, param);
+          std::vector<std::string> values = warm_values(op, table, param);
           if (values.empty()) {
             combos.clear(); // a placeholder without warm values: a gap (warm_gaps)
             break;
           }
+          for (auto& text : values) {
+            const Expr value = Expr::parse(text, {});
+            text = detail::specialization_text(value.kind(), *detail::literal_value(value));
+          }
           std::vector<std::vector<std::pair<std::string, std::string>>> next;
           for (const auto& combo : combos) {
             for (const auto& text : values) {
-              const Expr value = Expr::parse(text, {});
               auto extended = combo;
-              extended.emplace_back(param.name, detail::specialization_text(
-                                                  value.kind(), *detail::literal_value(value)));
+              extended.emplace_back(param.name, text);
               next.push_back(std::move(extended));
             }
           }
           combos = std::move(next);
         }
+        // Names first: a program (its source read and headers scanned) only for a new one.
         for (const auto& combo : combos) {
-          auto [program, name] = specialize(kernel, combo);
+          std::string name = specialized_entry(kernel, combo, m_impl->manifest);
           if (!launch_seen.insert(name).second) {
             continue;
           }
           if (every_launch || seen.insert(kernel.name + "\n" + name).second) {
-            items.push_back(WarmItem{op.name, std::move(program), std::move(name), l});
+            items.push_back(WarmItem{op.name, program(kernel, name), std::move(name), l});
           }
         }
       }

@@ -20,7 +20,7 @@ KERNELS = Path(kjit.__file__).parent / "kernels"
 
 def warm_count(*packages):
     """The programs `kjit warm` compiles for one arch: the packages' warm lists."""
-    return sum(len(kjit._C.load_package(str(KERNELS / p), p)["warm"]) for p in packages)
+    return sum(len(kjit._C.warm_list(str(KERNELS / p))) for p in packages)
 
 
 ACTIVATION = warm_count("activation")
@@ -386,7 +386,7 @@ specialize = { B = "x.size(0)" }
     assert ("kjit: cannot warm gappy/block_ kernel 'block': no warm values for B; "
             "add warm = { B = [...] } to [op.block_]") in result.stderr
     assert "1 kernel(s) not warmed" in result.stderr
-    gaps = kjit._C.load_package(str(package), "gappy")["warm_gaps"]
+    gaps = kjit._C.warm_gaps(str(package))
     assert [(op, kernel, needs) for op, kernel, needs, _ in gaps] == [("block_", "block", ["B"])]
 
 

@@ -168,7 +168,7 @@ def test_clear_errors(norm, device):
 
 def test_warm_covers_the_common_hidden_sizes(norm):
     """hidden 4096 (bfloat16 and float16) and 2048..4096 (float32) are pre-compiled by `kjit warm`."""
-    warm = {kernel for _, kernel in kjit._C.load_package(str(norm.__file__).rsplit("/", 1)[0], "norm")["warm"]}
+    warm = {kernel for _, kernel in kjit._C.warm_list(str(norm.__file__).rsplit("/", 1)[0])}
     assert "rms_norm_kernel<__nv_bfloat16, 256, 8, 2, 0, false>" in warm  # 4096 / 8 / 256 = 2
     assert "rms_norm_kernel<float, 512, 4, 2, 0, false>" in warm  # 4096 / 4 / 512 = 2
     assert "rms_norm_backward_kernel<__half, 256, 8, 2, 0>" in warm

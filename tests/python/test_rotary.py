@@ -249,7 +249,7 @@ def test_clear_errors(rotary, device):
 
 def test_warm_covers_the_common_head_sizes(rotary):
     """Llama-style heads (128, bf16, vectors of 8) and float32 (vectors of 4) are pre-compiled."""
-    warm = {kernel for _, kernel in kjit._C.load_package(str(rotary.__file__).rsplit("/", 1)[0], "rotary")["warm"]}
+    warm = {kernel for _, kernel in kjit._C.warm_list(str(rotary.__file__).rsplit("/", 1)[0])}
     assert "apply_rotary_kernel<__nv_bfloat16, 8, false>" in warm
     assert "apply_rotary_kernel<__nv_bfloat16, 8, true>" in warm
     assert "apply_rotary_kernel<float, 4, false>" in warm
