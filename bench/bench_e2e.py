@@ -10,8 +10,9 @@ for torch eager (transformers' modules as they are), kjit.kernelize (mode "infer
 "training": RMSNorm, gated MLP and rotary on kjit kernels) and Liger's patched model
 (apply_liger_kernel_to_llama on the instance: RMSNorm, SwiGLU, RoPE, and for training its fused
 linear cross-entropy, as Liger applies it by default), each the same weights. The same logits
-(forward: the relative error of the whole tensor, recorded in the JSON with the top-1 agreement) and loss
-(training) are checked across systems before timing; time is the median of
+(forward: the relative error of the whole tensor, recorded in the JSON with the top-1 agreement), loss
+and gradients (training: each parameter's relative error, the median and the worst recorded) are
+checked across systems before timing; time is the median of
 timed repeats after warm-up, synchronized.
 
   python3 bench/bench_e2e.py [--json FILE] [--layers N] [--batch B] [--seq S]
@@ -50,6 +51,33 @@ def config(layers, tiny=False):
 # each layer's result and the systems round in different places; a wrong kernel gives errors of
 # order 1). The share of positions whose most likely token is the same is recorded beside it.
 LOGITS_RELATIVE_ERROR = 5e-2
+
+
+# A training step's gradients against eager's, each parameter's as a whole:
+# ||g - eager|| / ||eager|| at most this (as the logits: rounding moves them by about 1e-2 in
+# bf16; a wrong backward gives errors of order 1). The median over the parameters is recorded.
+GRADIENTS_RELATIVE_ERROR = 1e-1
+
+
+def check_gradients(name, grads, want, results):
+    """Records the relative error of each parameter's gradient against eager's (`want`) and
+    raises where one is missing or off by more than GRADIENTS_RELATIVE_ERROR."""
+    missing = sorted(set(want) - set(grads))
+    if missing:
+        raise AssertionError(f"no gradient for {len(missing)} parameter(s), e.g. {missing[0]}")
+    errors = {}
+    for n, g in grads.items():
+        reference = want[n].float()
+        errors[n] = ((g.float() - reference).norm() / reference.norm().clamp_min(1e-30)).item()
+    worst = max(errors, key=errors.get)
+    median = statistics.median(errors.values())
+    results["checks"][f"{name} gradients"] = {"max_relative_error": errors[worst], "worst": worst,
+                                              "median_relative_error": median}
+    print(f"training {name}: gradients' relative error median {median:.2e}, max {errors[worst]:.2e} "
+          f"({worst}) (vs eager)", flush=True)
+    if not errors[worst] <= GRADIENTS_RELATIVE_ERROR:
+        raise AssertionError(f"gradient of {worst} differs from eager's: relative error "
+                             f"{errors[worst]:.2e} (at most {GRADIENTS_RELATIVE_ERROR})")
 
 
 def synchronize(device):
@@ -151,10 +179,14 @@ def main():
                         return loss.detach()
 
                     loss = step().float()
+                    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
                     if "training" in reference:
                         torch.testing.assert_close(loss, reference["training"], rtol=2e-2, atol=2e-2)
+                        check_gradients(name, grads, reference["gradients"], results)
                     else:
                         reference["training"] = loss
+                        reference["gradients"] = {n: g.clone() for n, g in grads.items()}
+                    del grads
                 seconds = timed(step, where, repeats=5 if phase == "forward" else 3)
                 results[phase][name] = tokens / seconds
                 print(f"{phase} {name}: {tokens / seconds:,.0f} tokens/s ({seconds * 1e3:.1f} ms)", flush=True)

@@ -31,7 +31,7 @@ def test_every_target_row_says_whether_it_is_met():
 
 
 def test_the_end_to_end_benchmark_runs_a_tiny_model_on_cpu(tmp_path):
-    """bench_e2e.py's flow (eager, kernelize, Liger; same logits and loss checked before timing)
+    """bench_e2e.py's flow (eager, kernelize, Liger; same logits, loss and gradients checked before timing)
     on a 64-wide model on CPU, so that a GPU run does not find a broken script. Liger may be
     missing here: it is then reported, not fatal."""
     pytest.importorskip("transformers")
@@ -44,6 +44,8 @@ def test_the_end_to_end_benchmark_runs_a_tiny_model_on_cpu(tmp_path):
     for phase in ("forward", "training"):
         assert {"torch eager", "kjit"} <= set(report[phase]), report
         assert f"{phase} kjit" not in report["errors"], report["errors"]
+    grads = report["checks"]["kjit gradients"]  # checked against eager's, parameter by parameter
+    assert 0 <= grads["median_relative_error"] <= grads["max_relative_error"] <= 0.1, grads
 
 
 def test_the_autotuning_table_counts_its_criteria():
