@@ -275,10 +275,16 @@ def render(out, command, note=""):
                      else "not run" for n in systems]
             lines.append(f"| {phase} | " + " | ".join(cells) + " |")
         checks = e2e.get("checks", {})
-        if checks:
+        logits = {n: c for n, c in checks.items() if "top1_agreement" in c}
+        gradients = {n.removesuffix(" gradients"): c for n, c in checks.items() if "max_relative_error" in c}
+        if logits:
             lines += ["", "Forward logits against eager's: " + "; ".join(
                 f"{n} relative error {c['relative_error']:.2e}, top-1 agreement {c['top1_agreement']:.4f}"
-                for n, c in checks.items()) + "."]
+                for n, c in logits.items()) + "."]
+        if gradients:
+            lines += ["", "A training step's gradients against eager's, each parameter's relative error: " + "; ".join(
+                f"{n} median {c['median_relative_error']:.2e}, max {c['max_relative_error']:.2e} ({c['worst']})"
+                for n, c in gradients.items()) + "."]
     if warm.get("rows"):
         lines += ["", f"## Pre-warm throughput (`bench_warm.py`, {warm['cores']} cores)", "",
                   f"`kjit warm` of img2gray and activation for {warm['archs']}, empty cache each time.",

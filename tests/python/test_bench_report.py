@@ -46,6 +46,9 @@ def test_the_end_to_end_benchmark_runs_a_tiny_model_on_cpu(tmp_path):
         assert f"{phase} kjit" not in report["errors"], report["errors"]
     grads = report["checks"]["kjit gradients"]  # checked against eager's, parameter by parameter
     assert 0 <= grads["median_relative_error"] <= grads["max_relative_error"] <= 0.1, grads
+    rendered = run_all.render(tmp_path, "bench_e2e.py --tiny")  # the report reads both checks
+    assert "Forward logits against eager's: kjit relative error" in rendered
+    assert "A training step's gradients against eager's, each parameter's relative error: kjit median" in rendered
 
 
 def test_the_autotuning_table_counts_its_criteria():
