@@ -140,10 +140,12 @@ std::size_t sweep_pch_folders(const fs::path& base) {
   }
   std::vector<std::string> dead;
   {
-    DIR* listing = ::fdopendir(::dup(base_fd.get()));
+    UniqueFd listing_fd(::dup(base_fd.get()));
+    DIR* listing = listing_fd ? ::fdopendir(listing_fd.get()) : nullptr;
     if (listing == nullptr) {
       return 0;
     }
+    listing_fd.release(); // closedir closes it
     while (const dirent* entry = ::readdir(listing)) {
       const std::string_view name = entry->d_name;
       const bool named = name.starts_with(k_prefix);
