@@ -23,8 +23,8 @@
 // it makes under $TMPDIR or /tmp (`__nvrtc_auto_pch_<pid>_0`) and removes them when the process
 // exits. A killed process (SIGKILL, the OOM killer, a timeout) leaves the folder with its PCH
 // files (7-100 MB each), and nobody can tell later whether its pid is gone: /tmp is shared across
-// PID namespaces (containers), where the same pid is another, live process, and removing a live
-// process's mapped PCH kills it with SIGBUS.
+// PID namespaces (containers), where the same pid is another, live process, whose compiles with
+// PCH fail once its folder is gone (NVRTC: "invalid PCH directory"; kjit then compiles without).
 //
 // So kjit names the folder itself (`--pch-dir`): `kjit-pch-XXXXXX`, holding a file `owner` that
 // the process keeps locked (flock, on an open file description the kernel releases when the
@@ -32,9 +32,12 @@
 // process's, and the first PCH compile of each process removes those. A folder is made as
 // `.kjit-pch-new-XXXXXX`, locked, then renamed, so a sweep never sees a live folder unlocked; a
 // `.kjit-pch-new-` folder left by a process killed in between is removed once it is 10 minutes
-// old. Only real directories of this user are looked at (no symlinks followed; /tmp's sticky bit
-// keeps other users from renaming them). NVRTC still removes its files at a normal exit, and kjit
-// removes the folder then; a forked child leaves its parent's folder alone.
+// old, and so is a named folder that lost its owner file, where it is empty. Only real
+// directories of this user are looked at (no symlinks followed; /tmp's sticky bit keeps other
+// users from renaming them). NVRTC still removes its files at a normal exit, and kjit removes the
+// folder then. A forked child that exits normally leaves its parent's folder and owner file (the
+// pid is checked), but NVRTC in it removes the parent's PCH files, which the parent then makes
+// again; with NVRTC's own folder the child removed the whole folder (both seen with NVRTC 13.0).
 namespace kjit::detail {
 namespace {
 
@@ -44,14 +47,15 @@ constexpr std::string_view k_prefix = "kjit-pch-";
 constexpr std::string_view k_new_prefix = ".kjit-pch-new-";
 constexpr auto k_unfinished_age = std::chrono::minutes(10);
 
-// The locked owner file of `folder` (opened relative to `base_fd`), or an empty fd when the
-// folder is not this user's real directory or has no owner file.
-UniqueFd open_owner(int base_fd, const char* folder) {
+// Whether `folder` (relative to `base_fd`) is this user's real directory (no symbolic link).
+bool ours(int base_fd, const char* folder) {
   struct stat info {};
-  if (::fstatat(base_fd, folder, &info, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(info.st_mode) ||
-      info.st_uid != ::geteuid()) {
-    return UniqueFd();
-  }
+  return ::fstatat(base_fd, folder, &info, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(info.st_mode) &&
+         info.st_uid == ::geteuid();
+}
+
+// The owner file of `folder`, one of ours (opened relative to `base_fd`); empty where it has none.
+UniqueFd open_owner(int base_fd, const char* folder) {
   const UniqueFd dir(::openat(base_fd, folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir) {
     return UniqueFd();
@@ -139,6 +143,7 @@ std::size_t sweep_pch_folders(const fs::path& base) {
     return 0;
   }
   std::vector<std::string> dead;
+  std::size_t emptied = 0;
   {
     UniqueFd listing_fd(::dup(base_fd.get()));
     DIR* listing = listing_fd ? ::fdopendir(listing_fd.get()) : nullptr;
@@ -153,18 +158,23 @@ std::size_t sweep_pch_folders(const fs::path& base) {
       if (!named && !unfinished) {
         continue;
       }
-      if (unfinished && !older_than(base_fd.get(), entry->d_name, k_unfinished_age)) {
-        continue; // perhaps being made right now
+      if (!ours(base_fd.get(), entry->d_name) ||
+          (unfinished && !older_than(base_fd.get(), entry->d_name, k_unfinished_age))) {
+        continue; // another user's, a link, or perhaps being made right now
       }
       const UniqueFd owner = open_owner(base_fd.get(), entry->d_name);
-      // A named folder always has its owner file; without one it is not kjit's to remove.
       if (owner ? ::flock(owner.get(), LOCK_EX | LOCK_NB) == 0 : unfinished) {
         dead.emplace_back(name);
+      } else if (!owner && older_than(base_fd.get(), entry->d_name, k_unfinished_age) &&
+                 ::unlinkat(base_fd.get(), entry->d_name, AT_REMOVEDIR) == 0) {
+        // A named folder without its owner file (something removed it): only when it is empty
+        // (rmdir), as no live process's PCH files can then be in it.
+        ++emptied;
       }
     }
     ::closedir(listing);
   }
-  std::size_t removed = 0;
+  std::size_t removed = emptied;
   for (const auto& name : dead) {
     std::error_code error;
     fs::remove_all(base / name, error);

@@ -80,17 +80,26 @@ TEST_CASE("the sweep removes the PCH folders of processes that are gone, and not
   const int live_lock = ::open((live / "owner").c_str(), O_RDWR | O_CLOEXEC);
   REQUIRE(live_lock >= 0);
   REQUIRE(::flock(live_lock, LOCK_EX | LOCK_NB) == 0);
-  kjit::test::write_text(base / "kjit-pch-noowner" / "k_0.pch", "p"); // not one kjit made
-  fake_folder(base.path(), ".kjit-pch-new-young1");                   // perhaps being made now
+  // Named folders that lost their owner file: removed where old and empty (no PCH of a live
+  // process can be in them), else kept.
+  kjit::test::write_text(base / "kjit-pch-noowner" / "k_0.pch", "p");
+  fs::create_directory(base / "kjit-pch-empty01");
+  fs::create_directory(base / "kjit-pch-young01");
+  const auto an_hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  fs::last_write_time(base / "kjit-pch-noowner", an_hour_ago);
+  fs::last_write_time(base / "kjit-pch-empty01", an_hour_ago);
+  fake_folder(base.path(), ".kjit-pch-new-young1"); // perhaps being made now
   const fs::path old_unfinished = fake_folder(base.path(), ".kjit-pch-new-old001");
-  fs::last_write_time(old_unfinished, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  fs::last_write_time(old_unfinished, an_hour_ago);
   const fs::path target = fake_folder(base.path(), "elsewhere");
   fs::create_directory_symlink(target, base / "kjit-pch-link01"); // no symlink is followed
   kjit::test::write_text(base / "kjit-pch-file01", "a file, not a folder");
 
-  CHECK(kjit::detail::sweep_pch_folders(base.path()) == 2);
+  CHECK(kjit::detail::sweep_pch_folders(base.path()) == 3);
   CHECK_FALSE(fs::exists(base / "kjit-pch-dead01"));
   CHECK_FALSE(fs::exists(old_unfinished));
+  CHECK_FALSE(fs::exists(base / "kjit-pch-empty01"));
+  CHECK(fs::exists(base / "kjit-pch-young01"));
   CHECK(fs::exists(live / "k_0.pch"));
   CHECK(fs::exists(base / "kjit-pch-noowner" / "k_0.pch"));
   CHECK(fs::exists(base / ".kjit-pch-new-young1" / "k_0.pch"));
