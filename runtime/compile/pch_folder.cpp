@@ -142,7 +142,10 @@ std::size_t sweep_pch_folders(const fs::path& base) {
   if (!base_fd) {
     return 0;
   }
-  std::vector<std::string> dead;
+  // The folders to remove, each with its owner lock held until it is gone: two processes sweeping
+  // at once would otherwise both remove it, and each stop at the files the other removed first,
+  // leaving it half removed.
+  std::vector<std::pair<std::string, UniqueFd>> dead;
   std::size_t emptied = 0;
   {
     UniqueFd listing_fd(::dup(base_fd.get()));
@@ -162,9 +165,9 @@ std::size_t sweep_pch_folders(const fs::path& base) {
           (unfinished && !older_than(base_fd.get(), entry->d_name, k_unfinished_age))) {
         continue; // another user's, a link, or perhaps being made right now
       }
-      const UniqueFd owner = open_owner(base_fd.get(), entry->d_name);
+      UniqueFd owner = open_owner(base_fd.get(), entry->d_name);
       if (owner ? ::flock(owner.get(), LOCK_EX | LOCK_NB) == 0 : unfinished) {
-        dead.emplace_back(name);
+        dead.emplace_back(name, std::move(owner));
       } else if (!owner && older_than(base_fd.get(), entry->d_name, k_unfinished_age) &&
                  ::unlinkat(base_fd.get(), entry->d_name, AT_REMOVEDIR) == 0) {
         // A named folder without its owner file (something removed it): only when it is empty
@@ -175,7 +178,7 @@ std::size_t sweep_pch_folders(const fs::path& base) {
     ::closedir(listing);
   }
   std::size_t removed = emptied;
-  for (const auto& name : dead) {
+  for (const auto& [name, lock] : dead) {
     std::error_code error;
     fs::remove_all(base / name, error);
     if (error) {

@@ -113,6 +113,23 @@ TEST_CASE("the sweep removes the PCH folders of processes that are gone, and not
   CHECK(kjit::detail::sweep_pch_folders(base / "missing") == 0);
 }
 
+TEST_CASE("two sweeps at once remove each dead folder whole, once", "[pch]") {
+  kjit::test::TempDir base;
+  constexpr int k_folders = 200;
+  for (int i = 0; i < k_folders; ++i) {
+    const fs::path folder = fake_folder(base.path(), fmt::format("kjit-pch-{:06}", i));
+    for (int j = 1; j < 8; ++j) {
+      kjit::test::write_text(folder / fmt::format("k_{}.pch", j), "p");
+    }
+  }
+  std::size_t removed[2] = {0, 0};
+  std::thread other([&] { removed[1] = kjit::detail::sweep_pch_folders(base.path()); });
+  removed[0] = kjit::detail::sweep_pch_folders(base.path());
+  other.join();
+  CHECK(removed[0] + removed[1] == k_folders);
+  CHECK(pch_folders(base.path()).empty());
+}
+
 TEST_CASE("PCH files go to this process's own kjit-pch folder, which the sweep leaves alone",
           "[pch][nvrtc]") {
   if (!room_for_pch()) {
