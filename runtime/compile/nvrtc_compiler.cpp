@@ -1,9 +1,8 @@
 #include "runtime/compile/nvrtc_compiler.hpp"
 
-#include "runtime/compile/pch_folder.hpp"
-
 #include <kjit/error.hpp>
 
+#include "runtime/compile/pch_folder.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/util/env.hpp"
 
@@ -99,6 +98,23 @@ bool nvrtc_pch_enabled() {
   return enabled;
 }
 
+// NVRTC maps its PCH files into memory; where the file system fills up under the mapping, the
+// process dies of SIGBUS, which no error code reports. So PCH is only asked for with 1 GiB free
+// there: the default PCH heap is 256 MiB, and a PCH of cuda/std headers is about 100 MB.
+bool pch_has_room() {
+  constexpr std::uint64_t k_needed = std::uint64_t{1} << 30;
+  const std::string dir = pch_base_dir().string();
+  struct statvfs fs {};
+  const bool room =
+    ::statvfs(dir.c_str(), &fs) == 0 && std::uint64_t(fs.f_bavail) * fs.f_frsize >= k_needed;
+  static std::atomic<bool> said{false};
+  if (!room && !said.exchange(true)) {
+    log(LogLevel::info,
+        "less than 1 GiB free in '{}': compiling without NVRTC's precompiled headers", dir);
+  }
+  return room;
+}
+
 namespace {
 
 bool is_pch_option(const std::string& option) {
@@ -114,24 +130,6 @@ bool is_pch_option(const std::string& option) {
 
 // Set once automatic PCH has made a compile fail that succeeds without it.
 std::atomic<bool> g_pch_failed{false};
-
-// Whether NVRTC's PCH folder ($TMPDIR, else /tmp) has room for its PCH heap. NVRTC maps its PCH
-// files into memory; where the file system fills up under the mapping, the process dies of
-// SIGBUS, which no error code reports. So PCH is only asked for with 1 GiB free there: the
-// default PCH heap is 256 MiB, and a PCH of cuda/std headers is about 100 MB.
-bool pch_has_room() {
-  constexpr std::uint64_t k_needed = std::uint64_t{1} << 30;
-  const std::string dir = pch_base_dir().string();
-  struct statvfs fs {};
-  const bool room =
-    ::statvfs(dir.c_str(), &fs) == 0 && std::uint64_t(fs.f_bavail) * fs.f_frsize >= k_needed;
-  static std::atomic<bool> said{false};
-  if (!room && !said.exchange(true)) {
-    log(LogLevel::info,
-        "less than 1 GiB free in '{}': compiling without NVRTC's precompiled headers", dir);
-  }
-  return room;
-}
 
 CompileResult compile_once(const CompileRequest& request, bool auto_pch) {
   const NvrtcApi& api = nvrtc();

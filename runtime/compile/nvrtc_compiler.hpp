@@ -44,6 +44,10 @@ private:
 // Whether compiles ask NVRTC for automatic precompiled headers: on unless KJIT_NVRTC_PCH=0.
 bool nvrtc_pch_enabled();
 
+// Whether the PCH folder's file system ($TMPDIR, else /tmp) has the 1 GiB free that compiles
+// with PCH need there (said once at info where it has not).
+bool pch_has_room();
+
 struct CompileRequest {
   std::string name;
   std::string source;

@@ -47,28 +47,14 @@ constexpr std::string_view k_prefix = "kjit-pch-";
 constexpr std::string_view k_new_prefix = ".kjit-pch-new-";
 constexpr auto k_unfinished_age = std::chrono::minutes(10);
 
-// Whether `folder` (relative to `base_fd`) is this user's real directory (no symbolic link).
-bool ours(int base_fd, const char* folder) {
-  struct stat info {};
-  return ::fstatat(base_fd, folder, &info, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(info.st_mode) &&
-         info.st_uid == ::geteuid();
-}
-
-// The owner file of `folder`, one of ours (opened relative to `base_fd`); empty where it has none.
+// The owner file of `folder` (opened relative to `base_fd`, no link followed); empty where it has
+// none.
 UniqueFd open_owner(int base_fd, const char* folder) {
   const UniqueFd dir(::openat(base_fd, folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir) {
     return UniqueFd();
   }
   return UniqueFd(::openat(dir.get(), "owner", O_RDWR | O_NOFOLLOW | O_CLOEXEC));
-}
-
-bool older_than(int base_fd, const char* folder, std::chrono::seconds age) {
-  struct stat info {};
-  if (::fstatat(base_fd, folder, &info, AT_SYMLINK_NOFOLLOW) != 0) {
-    return false;
-  }
-  return ::time(nullptr) - info.st_mtime > age.count();
 }
 
 // This process's folder: old folders swept and a new one made when constructed, removed when
@@ -161,15 +147,20 @@ std::size_t sweep_pch_folders(const fs::path& base) {
       if (!named && !unfinished) {
         continue;
       }
-      if (!ours(base_fd.get(), entry->d_name) ||
-          (unfinished && !older_than(base_fd.get(), entry->d_name, k_unfinished_age))) {
-        continue; // another user's, a link, or perhaps being made right now
+      struct stat info {};
+      if (::fstatat(base_fd.get(), entry->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0 ||
+          !S_ISDIR(info.st_mode) || info.st_uid != ::geteuid()) {
+        continue; // another user's, a link or not a folder
+      }
+      const bool old =
+        ::time(nullptr) - info.st_mtime > std::chrono::seconds(k_unfinished_age).count();
+      if (unfinished && !old) {
+        continue; // perhaps being made right now
       }
       UniqueFd owner = open_owner(base_fd.get(), entry->d_name);
       if (owner ? ::flock(owner.get(), LOCK_EX | LOCK_NB) == 0 : unfinished) {
         dead.emplace_back(name, std::move(owner));
-      } else if (!owner && older_than(base_fd.get(), entry->d_name, k_unfinished_age) &&
-                 ::unlinkat(base_fd.get(), entry->d_name, AT_REMOVEDIR) == 0) {
+      } else if (!owner && old && ::unlinkat(base_fd.get(), entry->d_name, AT_REMOVEDIR) == 0) {
         // A named folder without its owner file (something removed it): only when it is empty
         // (rmdir), as no live process's PCH files can then be in it.
         ++emptied;

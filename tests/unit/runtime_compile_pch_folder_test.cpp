@@ -14,7 +14,6 @@
 #include <csignal>
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 namespace {
@@ -46,13 +45,6 @@ std::vector<std::string> pch_folders(const fs::path& base) {
   }
   std::sort(names.begin(), names.end());
   return names;
-}
-
-// kjit asks for PCH only with 1 GiB free in the PCH folder's file system (pch_has_room).
-bool room_for_pch() {
-  struct statvfs fs {};
-  return ::statvfs(kjit::detail::pch_base_dir().c_str(), &fs) == 0 &&
-         std::uint64_t(fs.f_bavail) * fs.f_frsize >= (std::uint64_t{1} << 30);
 }
 
 bool holds_pch_file(const fs::path& folder) {
@@ -132,7 +124,7 @@ TEST_CASE("two sweeps at once remove each dead folder whole, once", "[pch]") {
 
 TEST_CASE("PCH files go to this process's own kjit-pch folder, which the sweep leaves alone",
           "[pch][nvrtc]") {
-  if (!room_for_pch()) {
+  if (!kjit::detail::pch_has_room()) {
     WARN("less than 1 GiB free in the temp folder: kjit uses no PCH there, nothing to check");
     return;
   }
@@ -156,7 +148,7 @@ TEST_CASE("PCH files go to this process's own kjit-pch folder, which the sweep l
 
 TEST_CASE("a killed process's PCH folder is removed by the next process, a live one's kept",
           "[pch][nvrtc]") {
-  if (!room_for_pch()) {
+  if (!kjit::detail::pch_has_room()) {
     WARN("less than 1 GiB free in the temp folder: kjit uses no PCH there, nothing to check");
     return;
   }
@@ -180,11 +172,15 @@ TEST_CASE("a killed process's PCH folder is removed by the next process, a live 
   CHECK(left[0].starts_with("kjit-pch-"));
   CHECK(holds_pch_file(tmp / left[0]));
 
+  // Another process compiling two.cu (into a new store, so that it compiles).
+  const auto compile_in = [&](const std::string& cache) {
+    const auto result = kjit::test::run_process(
+      {helper, "compile", (tmp / cache).string(), (tmp / "two.cu").string(), "sm_90"}, env);
+    REQUIRE(result.exit_code == 0);
+    CHECK(result.values.at("compiles") == "1");
+  };
   // A second process: the first one's folder is live and kept; its own is gone when it exits.
-  const auto second = kjit::test::run_process(
-    {helper, "compile", (tmp / "cache2").string(), (tmp / "two.cu").string(), "sm_90"}, env);
-  REQUIRE(second.exit_code == 0);
-  CHECK(second.values.at("compiles") == "1");
+  compile_in("cache2");
   CHECK(pch_folders(tmp.path()) == left);
 
   ::kill(waiting.pid, SIGKILL);
@@ -192,8 +188,6 @@ TEST_CASE("a killed process's PCH folder is removed by the next process, a live 
   CHECK(pch_folders(tmp.path()) == left); // what a killed process leaves
   CHECK(holds_pch_file(tmp / left[0]));
 
-  const auto third = kjit::test::run_process(
-    {helper, "compile", (tmp / "cache3").string(), (tmp / "two.cu").string(), "sm_90"}, env);
-  REQUIRE(third.exit_code == 0);
+  compile_in("cache3");
   CHECK(pch_folders(tmp.path()).empty());
 }
